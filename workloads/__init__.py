@@ -1,0 +1,19 @@
+"""The JAXBench workloads, by snake name (workloads.md section 1)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from .base import Workload
+from .gemm import Gemm
+
+WORKLOADS: dict[str, type[Workload]] = {cls.name: cls for cls in (Gemm,)}
+
+
+def get(name: str, config: Mapping[str, Any] | None = None) -> Workload:
+    """The workload ``name`` bound to ``config`` (overrides of its full-size dimensions)."""
+    try:
+        cls = WORKLOADS[name]
+    except KeyError:
+        raise KeyError(f"unknown workload {name!r}; known: {', '.join(sorted(WORKLOADS))}") from None
+    return cls(config)

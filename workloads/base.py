@@ -1,0 +1,118 @@
+"""The workload protocol: what every JAXBench workload module provides.
+
+A workload is bound to a config (its dimensions, under JAXBench's key names). It knows
+how to make its inputs, its JAX reference (the XLA baseline the reward divides by), its
+correctness tolerance, the smaller config the interpret-mode check runs at, and its
+baseline Pallas template with the template's schedule space.
+
+Templates are module source text. A template (like any candidate) defines
+``workload(*inputs)`` and reads two module globals *at call time*:
+
+* ``CONFIG``: the environment's config. The evaluator sets it before calling, over
+  whatever the candidate defines itself, so a candidate never overrides the env's shapes.
+* ``SCHEDULE``: its knob values. The evaluator merges the chosen schedule over the
+  module's own ``SCHEDULE`` dict, so a schedule action applies to any source that
+  declares those knobs, edited or not.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from action_space.schedule import Knob, ScheduleSpace
+
+# Scoped VMEM a Pallas kernel gets on v6e unless it raises vmem_limit_bytes.
+DEFAULT_SCOPED_VMEM = 32 * 2**20
+DTYPE_BYTES = {"bfloat16": 2, "float32": 4, "float16": 2, "int32": 4, "int8": 1}
+
+
+def tile_bytes(shape, dtype: str = "bfloat16") -> int:
+    """VMEM bytes of one tile, padded to the (8, 128) layout Mosaic uses for 2-D tiles."""
+    dims = list(shape)
+    if len(dims) >= 1:
+        dims[-1] = -(-dims[-1] // 128) * 128
+    if len(dims) >= 2:
+        sublanes = 8 * (4 // DTYPE_BYTES[dtype]) if DTYPE_BYTES[dtype] < 4 else 8
+        dims[-2] = -(-dims[-2] // sublanes) * sublanes
+    return math.prod(dims) * DTYPE_BYTES[dtype]
+
+
+class Workload:
+    """Base class. Subclasses set the class attributes and implement the four methods."""
+
+    name: str = ""
+    jaxbench_id: str = ""
+    category: str = ""
+    description: str = ""
+    defaults: Mapping[str, Any] = {}  # full-size config, JAXBench key names, plus "dtype"
+    check_overrides: Mapping[str, Any] = {}  # dimensions shrunk for the interpret check
+    atol: float = 1e-2
+    rtol: float = 1e-2
+    template_file: str = ""  # file name under workloads/templates/
+
+    def __init__(self, config: Mapping[str, Any] | None = None):
+        config = dict(config or {})
+        unknown = sorted(set(config) - set(self.defaults))
+        if unknown:
+            raise ValueError(f"{self.name}: unknown config keys {unknown}; known: {sorted(self.defaults)}")
+        self.config = {**self.defaults, **config}
+        self.validate_config(self.config)
+
+    # --- to implement -------------------------------------------------------------
+    def make_inputs(self, config: Mapping[str, Any], seed: int) -> tuple:
+        """Seeded inputs at ``config``'s sizes; seed 0 gives the spec's exact inputs."""
+        raise NotImplementedError
+
+    def reference(self, config: Mapping[str, Any], *inputs):
+        """The JAX reference: the XLA baseline. Must be jit-able with no static args."""
+        raise NotImplementedError
+
+    def schedule_space(self, config: Mapping[str, Any]) -> ScheduleSpace:
+        """The template's knobs and the rule that rules out impossible schedules."""
+        raise NotImplementedError
+
+    def validate_config(self, config: Mapping[str, Any]) -> None:
+        """Raise ValueError with a clear message for a config this workload cannot run."""
+
+    # --- derived --------------------------------------------------------------------
+    def check_config(self) -> dict:
+        """The config the correctness check runs at: shrunk, never grown."""
+        out = dict(self.config)
+        for key, small in self.check_overrides.items():
+            out[key] = min(small, self.config[key])
+        return out
+
+    def template_source(self) -> str:
+        return (Path(__file__).parent / "templates" / self.template_file).read_text()
+
+    def space(self) -> ScheduleSpace:
+        return self.schedule_space(self.config)
+
+    def features(self) -> np.ndarray:
+        """Fixed-size numeric description for observations: log2 of the config's numbers."""
+        vals = [float(v) for v in self.config.values() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        feats = np.zeros(N_FEATURES, dtype=np.float32)
+        logs = [math.log2(v) if v > 0 else 0.0 for v in vals][:N_FEATURES]
+        feats[: len(logs)] = logs
+        return feats
+
+    def dtype(self, config: Mapping[str, Any] | None = None):
+        import jax.numpy as jnp
+
+        return jnp.dtype((config or self.config).get("dtype", "bfloat16"))
+
+
+N_FEATURES = 16
+
+
+def pow2_divisors(n: int, lo: int, hi: int) -> tuple[int, ...]:
+    """Powers of two in [lo, hi] that divide n, ascending (at least (n,) if none do)."""
+    vals = tuple(v for v in (2**i for i in range(0, 16)) if lo <= v <= hi and n % v == 0)
+    return vals or (n,)
+
+
+__all__ = ["Workload", "Knob", "ScheduleSpace", "tile_bytes", "pow2_divisors", "DEFAULT_SCOPED_VMEM"]

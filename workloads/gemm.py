@@ -1,0 +1,61 @@
+"""8p gemm: the Llama-3.1-70B FFN matmul, C = A @ B.
+
+Inputs (spec 8p): ``split(key(42), 2)`` -> A (M, K) ~ N(0,1), B (K, N) ~ N(0,1)*0.02, bf16.
+The check runs at M=1024, K=2048, N=2048: multiples of the largest blocks in the
+template's space (and of jax's tuned expert blocks 1024/2048/1024), so a kernel tuned for
+the full size is checked with its own tiling. Only the sizes shrink, not the tiling.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from .base import DEFAULT_SCOPED_VMEM, Knob, ScheduleSpace, Workload, tile_bytes
+
+BLOCKS = (128, 256, 512, 1024, 2048)
+
+
+class Gemm(Workload):
+    name = "gemm"
+    jaxbench_id = "8p"
+    category = "matmul"
+    description = "C = A @ B, bf16, Llama-3.1-70B FFN shape"
+    defaults = {"M": 8192, "K": 8192, "N": 28672, "dtype": "bfloat16"}
+    check_overrides = {"M": 1024, "K": 2048, "N": 2048}
+    template_file = "gemm.py"
+
+    def make_inputs(self, config, seed):
+        dt = self.dtype(config)
+        ka, kb = jax.random.split(jax.random.key(42 + seed), 2)
+        a = jax.random.normal(ka, (config["M"], config["K"]), dt)
+        b = jax.random.normal(kb, (config["K"], config["N"]), dt) * 0.02
+        return a, b
+
+    def reference(self, config, a, b):
+        return a @ b
+
+    def schedule_space(self, config):
+        dt = str(jnp.dtype(config["dtype"]))
+
+        def check(s):
+            for dim, blk in (("M", "block_m"), ("K", "block_k"), ("N", "block_n")):
+                if config[dim] % s[blk]:
+                    return f"{blk}={s[blk]} does not divide {dim}={config[dim]}"
+            vmem = (s["buffers"] * (tile_bytes((s["block_m"], s["block_k"]), dt) + tile_bytes((s["block_k"], s["block_n"]), dt))
+                    + 2 * tile_bytes((s["block_m"], s["block_n"]), dt)
+                    + tile_bytes((s["block_m"], s["block_n"]), "float32"))
+            if vmem > DEFAULT_SCOPED_VMEM:
+                return f"blocks need ~{vmem / 2**20:.1f} MiB of VMEM, over the 32 MiB scoped limit"
+            return None
+
+        return ScheduleSpace(
+            [
+                Knob("block_m", BLOCKS, 512, "rows of A and C per grid step"),
+                Knob("block_k", BLOCKS, 1024, "contraction depth per grid step"),
+                Knob("block_n", BLOCKS, 1024, "columns of B and C per grid step"),
+                Knob("buffers", (1, 2, 3), 2, "pipeline buffers for the A and B blocks"),
+                Knob("order", ("mn", "nm"), "mn", "which output axis the outer grid loop walks"),
+            ],
+            check,
+        )
