@@ -1,0 +1,148 @@
+"""Evaluating candidates: results, the cache in front, the sandbox worker behind.
+
+``Evaluator`` is the one entry point the environment, the CLI and the policies use. It
+owns a workload bound to a config, a backend ("sim" or "tpu"), a worker process and the
+on-disk result cache. The XLA baseline is evaluated once per (workload, config, backend)
+and cached like any result.
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.metadata
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping
+
+import workloads
+from jaxbench_env.cache import ResultCache
+from jaxbench_env.candidate import Candidate, content_key
+from jaxbench_env.worker import DEFAULT_MEMORY_BYTES, DEFAULT_TIMEOUT_S, Worker, WorkerError
+
+BACKENDS = ("auto", "sim", "tpu")
+TIMING_SOURCE = {"sim": "v6e-sim", "tpu": "v6e-measured"}
+CACHE_VERSION = 1
+
+
+def tpu_available() -> bool:
+    """A TPU chip is attached to this machine (checked without starting jax)."""
+    return bool(glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*"))
+
+
+def resolve_backend(backend: str) -> str:
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if backend == "auto":
+        return "tpu" if tpu_available() else "sim"
+    if backend == "tpu" and not tpu_available():
+        raise ValueError("backend 'tpu' needs a TPU on this machine; use backend='sim' for the v6e simulator")
+    return backend
+
+
+def _versions() -> dict:
+    out = {}
+    for pkg in ("jax", "jaxlib", "libtpu", "jaxbench-gym"):
+        try:
+            out[pkg] = importlib.metadata.version(pkg)
+        except importlib.metadata.PackageNotFoundError:
+            out[pkg] = None
+    return out
+
+
+@dataclass
+class EvalResult:
+    """What one evaluation found. ``time_ms`` is a prediction when timing_source is v6e-sim."""
+
+    workload: str
+    backend: str
+    timing_source: str
+    compiled: bool
+    correct: bool
+    max_abs_err: float | None = None
+    time_ms: float | None = None
+    baseline_ms: float | None = None
+    error: str | None = None
+    stage: str = ""
+    cached: bool = False
+    details: dict = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.compiled and self.correct and self.time_ms is not None and self.time_ms > 0
+
+    @property
+    def speedup(self) -> float | None:
+        if not self.ok or not self.baseline_ms:
+            return None
+        return self.baseline_ms / self.time_ms
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["speedup"] = self.speedup
+        return d
+
+
+class Evaluator:
+    def __init__(self, workload: str, config: Mapping[str, Any] | None = None, backend: str = "auto",
+                 cache_dir=None, timeout_s: float = DEFAULT_TIMEOUT_S, memory_bytes: int = DEFAULT_MEMORY_BYTES):
+        self.workload = workloads.get(workload, config)
+        self.backend = resolve_backend(backend)
+        self.timing_source = TIMING_SOURCE[self.backend]
+        self.cache = ResultCache(cache_dir)
+        self.worker = Worker(self.backend, timeout_s=timeout_s, memory_bytes=memory_bytes)
+        self._versions = _versions()
+        self._baseline: EvalResult | None = None
+
+    def _key(self, candidate: Candidate | None) -> str:
+        return content_key(
+            v=CACHE_VERSION, workload=self.workload.name, config=self.workload.config, backend=self.backend,
+            candidate=None if candidate is None else candidate.key(), versions=self._versions,
+        )
+
+    def _run(self, candidate: Candidate | None) -> EvalResult:
+        key = self._key(candidate)
+        hit = self.cache.get(key)
+        if hit is not None:
+            return EvalResult(**{**hit, "cached": True})
+        request = {"workload": self.workload.name, "config": self.workload.config, "backend": self.backend,
+                   "source": None if candidate is None else candidate.source,
+                   "schedule": {} if candidate is None else dict(candidate.schedule)}
+        base = dict(workload=self.workload.name, backend=self.backend, timing_source=self.timing_source)
+        try:
+            answer = self.worker.call(request)
+        except WorkerError as e:  # not cached: a timeout may not repeat on a quieter machine
+            return EvalResult(**base, compiled=False, correct=False, error=str(e), stage="worker")
+        result = EvalResult(**base, **answer)
+        self.cache.put(key, {k: v for k, v in asdict(result).items() if k != "cached"})
+        return result
+
+    def baseline(self) -> EvalResult:
+        """The XLA reference's result (time_ms is the baseline every speedup divides)."""
+        if self._baseline is None:
+            result = self._run(None)
+            if not result.ok:
+                raise RuntimeError(f"the XLA baseline of {self.workload.name} failed: {result.error}")
+            self._baseline = result
+        return self._baseline
+
+    def evaluate(self, candidate: Candidate) -> EvalResult:
+        result = self._run(candidate)
+        result.baseline_ms = self.baseline().time_ms
+        return result
+
+    def close(self) -> None:
+        self.worker.close()
+
+
+def reward_of(result: EvalResult, mode: str, penalty: float, previous_speedup: float | None = None) -> float:
+    """The step reward: ``penalty`` unless compiled and correct, else by ``mode``."""
+    s = result.speedup
+    if s is None:
+        return float(penalty)
+    if mode == "speedup":
+        return float(s)
+    if mode == "log_speedup":
+        return float(math.log(s))
+    if mode == "improvement":
+        return float(s - (previous_speedup or 0.0))
+    raise ValueError(f"reward must be 'speedup', 'log_speedup' or 'improvement', got {mode!r}")

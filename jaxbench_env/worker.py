@@ -1,0 +1,176 @@
+"""The sandbox: candidate code runs in a separate, reusable worker process.
+
+The parent talks to ``python -m jaxbench_env.worker`` over pipes (pickled, length-prefixed
+frames on a private copy of the child's stdout, so candidate prints cannot corrupt the
+protocol). Every call has a wall-clock timeout and a resident-memory limit; a worker that
+overruns, crashes or dies is killed and replaced, and the call returns an error result.
+Starting jax costs seconds, so one worker serves many calls.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import select
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+_HEADER = struct.Struct("!Q")
+DEFAULT_TIMEOUT_S = 300.0
+DEFAULT_MEMORY_BYTES = 16 * 2**30
+
+
+class WorkerError(RuntimeError):
+    """The worker could not answer: timeout, memory limit, crash. The message says which."""
+
+
+def _write_frame(fd: int, obj: Any) -> None:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    os.write(fd, _HEADER.pack(len(data)))
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _read_exact(fd: int, n: int) -> bytes:
+    chunks = []
+    while n:
+        chunk = os.read(fd, n)
+        if not chunk:
+            raise EOFError("worker pipe closed")
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def _read_frame(fd: int) -> Any:
+    (size,) = _HEADER.unpack(_read_exact(fd, _HEADER.size))
+    return pickle.loads(_read_exact(fd, size))
+
+
+def _rss_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+class Worker:
+    """Parent-side handle of one sandbox process."""
+
+    def __init__(self, backend: str = "sim", timeout_s: float = DEFAULT_TIMEOUT_S,
+                 memory_bytes: int = DEFAULT_MEMORY_BYTES):
+        self.backend = backend
+        self.timeout_s = timeout_s
+        self.memory_bytes = memory_bytes
+        self._proc: subprocess.Popen | None = None
+        self._log = None
+
+    def _start(self) -> None:
+        env = dict(os.environ, JAXBENCH_WORKER_BACKEND=self.backend, PYTHONUNBUFFERED="1")
+        self._log = tempfile.TemporaryFile()
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "jaxbench_env.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=self._log, env=env, cwd=os.getcwd(),
+        )
+
+    def _stderr_tail(self, n: int = 1500) -> str:
+        if self._log is None:
+            return ""
+        self._log.seek(0, os.SEEK_END)
+        size = self._log.tell()
+        self._log.seek(max(0, size - n))
+        return self._log.read().decode(errors="replace")
+
+    def kill(self) -> None:
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait()
+            for pipe in (self._proc.stdin, self._proc.stdout):
+                pipe.close()
+            self._proc = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    close = kill
+
+    def call(self, request: dict, timeout_s: float | None = None) -> dict:
+        """Send one request; returns the worker's answer or raises WorkerError."""
+        if self._proc is None or self._proc.poll() is not None:
+            self.kill()
+            self._start()
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        proc = self._proc
+        try:
+            _write_frame(proc.stdin.fileno(), request)
+        except OSError as e:
+            tail = self._stderr_tail()
+            self.kill()
+            raise WorkerError(f"worker died before the request was sent ({e}); its last output:\n{tail}") from None
+        out_fd = proc.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        while True:
+            ready, _, _ = select.select([out_fd], [], [], 0.1)
+            if ready:
+                break
+            if proc.poll() is not None:
+                tail = self._stderr_tail()
+                code = proc.returncode
+                self.kill()
+                raise WorkerError(f"worker crashed (exit code {code}); its last output:\n{tail}")
+            if time.monotonic() > deadline:
+                self.kill()
+                raise WorkerError(f"timed out after {timeout:.0f} s (infinite loop or runaway compilation?)")
+            rss = _rss_bytes(proc.pid)
+            if rss > self.memory_bytes:
+                self.kill()
+                raise WorkerError(f"memory limit exceeded: {rss / 2**30:.1f} GiB resident, limit "
+                                  f"{self.memory_bytes / 2**30:.1f} GiB")
+        try:
+            return _read_frame(out_fd)
+        except (EOFError, pickle.UnpicklingError, OSError) as e:
+            tail = self._stderr_tail()
+            self.kill()
+            raise WorkerError(f"worker crashed mid-answer ({e}); its last output:\n{tail}") from None
+
+    def __del__(self):
+        try:
+            self.kill()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+
+def _serve() -> None:
+    # Keep the protocol pipe private; anything the candidate prints goes to stderr.
+    proto_out = os.dup(1)
+    os.dup2(2, 1)
+    proto_in = os.dup(0)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+
+    from jaxbench_env.tpu import prepare_process
+
+    prepare_process(os.environ.get("JAXBENCH_WORKER_BACKEND", "sim"))
+    from jaxbench_env import pipeline
+
+    while True:
+        try:
+            request = _read_frame(proto_in)
+        except EOFError:
+            return
+        if request.get("op") == "ping":
+            answer = {"ok": True, "pid": os.getpid()}
+        else:
+            answer = pipeline.evaluate(request)
+        sys.stdout.flush()
+        _write_frame(proto_out, answer)
+
+
+if __name__ == "__main__":
+    _serve()
