@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from .base import Workload
+from .flash_attention import FlashAttention
 from .gemm import Gemm
 
-WORKLOADS: dict[str, type[Workload]] = {cls.name: cls for cls in (Gemm,)}
+WORKLOADS: dict[str, type[Workload]] = {cls.name: cls for cls in (Gemm, FlashAttention)}
 
 
 def get(name: str, config: Mapping[str, Any] | None = None) -> Workload:

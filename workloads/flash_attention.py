@@ -1,0 +1,103 @@
+"""1p flash_attention: causal multi-head attention, Llama-like dims.
+
+Inputs (spec 1p): ``split(key(42), 3)`` -> q, k, v, each (B=4, H=64, S=4096, D=128) bf16,
+BHSD layout, N(0,1). Per (b, h): s = q·kᵀ·128^-0.5; where key j > query i, s = -1e9;
+p = softmax over keys; out = p·v, (4, 64, 4096, 128) bf16. No GQA, soft-cap, window or
+dropout. Tolerance atol 5e-2 / rtol 1e-2 (MaxKernel's yaml).
+
+The check runs at batch=1, heads=2, seq_len=2048, head_dim=128. Batch and heads only
+repeat independent problems, so they shrink (two heads still exercise the head index
+map). seq_len stays a multiple of the largest block in the template's space (2048, also
+jax's tuned expert tiling 2048/2048/1024), so a kernel tuned for the full size is checked
+with its own tiling, diagonal blocks and skipped blocks included. head_dim is not shrunk:
+it is the lane dimension of every tile.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from .base import DEFAULT_SCOPED_VMEM, Knob, ScheduleSpace, Workload, tile_bytes
+
+BLOCKS = (128, 256, 512, 1024, 2048)
+
+
+class FlashAttention(Workload):
+    name = "flash_attention"
+    jaxbench_id = "1p"
+    category = "attention"
+    description = "causal multi-head attention, q,k,v (4,64,4096,128) bf16, BHSD"
+    defaults = {"batch": 4, "seq_len": 4096, "num_heads": 64, "head_dim": 128, "dtype": "bfloat16"}
+    check_overrides = {"batch": 2, "num_heads": 2, "seq_len": 2048}
+    atol = 5e-2
+    rtol = 1e-2
+    template_file = "flash_attention.py"
+
+    def shape(self, config):
+        return (config["batch"], config["num_heads"], config["seq_len"], config["head_dim"])
+
+    def make_inputs(self, config, seed):
+        dt = self.dtype(config)
+        kq, kk, kv = jax.random.split(jax.random.key(42 + seed), 3)
+        shape = self.shape(config)
+        return (jax.random.normal(kq, shape, dt), jax.random.normal(kk, shape, dt), jax.random.normal(kv, shape, dt))
+
+    def reference(self, config, q, k, v):
+        # JAXBench's plain-JAX baseline: everything in the input dtype, default precision.
+        seq, head_dim = q.shape[2], q.shape[3]
+        scale = head_dim**-0.5
+        attn = jnp.einsum("bhqd,bhkd->bhqk", q, k) * scale
+        mask = jnp.tril(jnp.ones((seq, seq)))
+        attn = jnp.where(mask, attn, -1e9)
+        attn = jax.nn.softmax(attn, axis=-1)
+        return jnp.einsum("bhqk,bhkd->bhqd", attn, v)
+
+    def schedule_space(self, config):
+        dt = str(jnp.dtype(config["dtype"]))
+        seq, d = config["seq_len"], config["head_dim"]
+
+        def check(s):
+            bq, bk, splits = s["block_q"], s["block_k"], s["kv_splits"]
+            for blk, val in (("block_q", bq), ("block_k", bk)):
+                if seq % val:
+                    return f"{blk}={val} does not divide seq_len={seq}"
+            sub = bk // splits
+            if bk % splits or sub % 128:
+                return f"block_k={bk} / kv_splits={splits} is not a multiple of 128"
+            vmem = (
+                2 * tile_bytes((bq, d), dt)  # q, double-buffered
+                + 2 * s["buffers"] * tile_bytes((bk, d), dt)  # k and v
+                + 2 * tile_bytes((bq, d), dt)  # o, double-buffered
+                + 2 * tile_bytes((bq, 128), "float32")  # m, l scratch
+                + tile_bytes((bq, d), "float32")  # acc scratch
+            )
+            # The (block_q, block_k / kv_splits) f32 score tile is not counted: v6e compiles
+            # block_q = block_k = 2048 with kv_splits=1 (16 MiB of f32 scores) at the full size.
+            if vmem > DEFAULT_SCOPED_VMEM:
+                return f"blocks need ~{vmem / 2**20:.1f} MiB of VMEM, over the 32 MiB scoped limit"
+            return None
+
+        return ScheduleSpace(
+            [
+                Knob("block_q", BLOCKS, 512, "query rows per grid step (q, o, m, l, acc tiles)"),
+                Knob("block_k", BLOCKS, 512, "key/value rows fetched per grid step"),
+                Knob("kv_splits", (1, 2, 4), 1, "sub-blocks each kv block is computed in (smaller score tile)"),
+                # Mosaic's pallas_call pipeline takes pl.Buffered(1) or (2) only; 3 fails to lower.
+                Knob("buffers", (1, 2), 2, "pipeline buffers for the k and v blocks (1: no prefetch)"),
+                Knob("kv_index_map", ("plain", "clamp", "next_row"), "plain",
+                     "what k/v fetch on causally skipped steps: their own block, the last needed one, or block 0"),
+            ],
+            check,
+        )
+
+    def validate_config(self, config):
+        for key in ("batch", "num_heads", "seq_len", "head_dim"):
+            if not isinstance(config[key], int) or config[key] < 1:
+                raise ValueError(f"{self.name}: {key} must be a positive int, got {config[key]!r}")
+        if config["seq_len"] % 128:
+            raise ValueError(f"{self.name}: seq_len={config['seq_len']} must be a multiple of 128 (the smallest block)")
+        if config["head_dim"] % 128:
+            raise ValueError(f"{self.name}: head_dim={config['head_dim']} must be a multiple of 128 (the lane width)")
+        if str(config.get("dtype", "bfloat16")) not in ("bfloat16", "float32", "float16"):
+            raise ValueError(f"{self.name}: dtype {config['dtype']!r} is not a float dtype")
