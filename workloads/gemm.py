@@ -55,7 +55,7 @@ class Gemm(Workload):
                 Knob("block_m", BLOCKS_MK, 512, "rows of A and C per grid step"),
                 Knob("block_k", BLOCKS_MK, 1024, "contraction depth per grid step"),
                 Knob("block_n", BLOCKS_N, 1024, "columns of B and C per grid step"),
-                Knob("buffers", (1, 2, 3), 2, "pipeline buffers for the A and B blocks"),
+                Knob("buffers", (1, 2), 2, "pipeline buffers for the A and B blocks (jax 0.10.2 lowers only 1 or 2)"),
                 Knob("order", ("mn", "nm"), "mn", "which output axis the outer grid loop walks"),
             ],
             check,

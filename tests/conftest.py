@@ -1,0 +1,52 @@
+"""Shared fixtures: one result cache and one evaluator (worker process) per workload config.
+
+Evaluations are cached by content, so tests that evaluate the same candidate share the
+compile and the check instead of repeating them.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+SMALL_GEMM = {"M": 1024, "K": 1024, "N": 2048}
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("jaxbench-cache")
+    os.environ["JAXBENCH_CACHE_DIR"] = str(path)  # also for subprocesses the tests start
+    return path
+
+
+@pytest.fixture(scope="session")
+def evaluators(cache_dir):
+    """evaluators(name, config=None) -> a shared Evaluator."""
+    from jaxbench_env.evaluation import Evaluator
+
+    made = {}
+
+    def get(name, config=None, timeout_s=300.0):
+        key = (name, repr(sorted((config or {}).items())), timeout_s)
+        if key not in made:
+            made[key] = Evaluator(name, config, backend="sim", cache_dir=cache_dir, timeout_s=timeout_s)
+        return made[key]
+
+    yield get
+    for ev in made.values():
+        ev.close()
+
+
+@pytest.fixture(scope="session")
+def make_env(evaluators):
+    """make_env(name, config=None, **kwargs) -> a JAXBenchEnv on a shared evaluator."""
+    import gymnasium as gym
+
+    import jaxbench_env  # noqa: F401 - registers the envs
+
+    def make(name, config=None, timeout_s=300.0, **kwargs):
+        ev = evaluators(name, config, timeout_s)
+        return gym.make(f"JAXBench/{name}-v0", evaluator=ev, **kwargs).unwrapped
+
+    return make

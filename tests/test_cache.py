@@ -1,0 +1,39 @@
+"""The on-disk result cache under concurrent writers."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+
+from jaxbench_env.cache import ResultCache
+from jaxbench_env.candidate import Candidate, content_key
+
+
+def _writer(root, worker, n):
+    cache = ResultCache(root)
+    for i in range(n):
+        cache.put(content_key(i=i), {"i": i, "writer": worker, "pad": "x" * 5000})
+        got = cache.get(content_key(i=(i * 7) % n))
+        assert got is None or got["i"] == (i * 7) % n
+
+
+def test_concurrent_writers_never_leave_partial_entries(tmp_path):
+    procs = [mp.get_context("spawn").Process(target=_writer, args=(tmp_path, w, 200)) for w in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    cache = ResultCache(tmp_path)
+    assert all(cache.get(content_key(i=i))["i"] == i for i in range(200))
+    assert not list(tmp_path.rglob(".tmp-*"))
+
+
+def test_key_depends_on_source_and_schedule():
+    a = Candidate("def workload(x): return x", {"block": 128})
+    keys = {
+        content_key(c=a.key()),
+        content_key(c=Candidate(a.source, {"block": 256}).key()),
+        content_key(c=Candidate(a.source + " ", {"block": 128}).key()),
+    }
+    assert len(keys) == 3
+    assert content_key(c=a.key()) == content_key(c=Candidate(a.source, {"block": 128}).key())
