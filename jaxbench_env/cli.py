@@ -1,0 +1,324 @@
+"""The ``jaxbench`` command line: list workloads, time baselines, evaluate and optimize kernels.
+
+    jaxbench list [--json]
+    jaxbench baseline gemm [--config M=1024,K=1024,N=2048] [--backend sim] [--json]
+    jaxbench evaluate gemm [--kernel my_kernel.py] [--schedule block_m=256] [--json]
+    jaxbench optimize gemm --policy greedy --steps 20 --out runs/gemm [--json]
+    jaxbench optimize gemm --policy llm --base-url http://127.0.0.1:8000/v1 --model m --steps 5 --out runs/llm
+
+Times are predictions of the v6e simulator when the timing source is "v6e-sim" (no TPU
+here) and measurements on a TPU otherwise. Bad input exits with status 2 and one line on
+stderr. Results are cached under $JAXBENCH_CACHE_DIR (or ~/.cache/jaxbench_gym).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from jaxbench_env.evaluation import BACKENDS
+
+
+class UsageError(Exception):
+    """Bad input from the user: reported as one line, exit status 2."""
+
+
+def parse_value(text: str) -> Any:
+    for conv in (int, float):
+        try:
+            return conv(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_pairs(text: str | None, what: str) -> dict:
+    """``"A=1,B=x"`` -> ``{"A": 1, "B": "x"}`` (int, then float, else string)."""
+    out: dict = {}
+    if not text:
+        return out
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"bad {what} item {part!r}: expected KEY=VALUE")
+        out[key.strip()] = parse_value(value.strip())
+    return out
+
+
+def timing_word(timing_source: str) -> str:
+    return "predicted" if timing_source == "v6e-sim" else "measured"
+
+
+def fmt_ms(x) -> str:
+    return "n/a" if x is None else f"{x:.4f} ms"
+
+
+def short(err: str | None, n: int = 60) -> str:
+    if not err:
+        return ""
+    line = err.strip().splitlines()[0] if err.strip() else ""
+    return line if len(line) <= n else line[: n - 3] + "..."
+
+
+def fmt_schedule(schedule: dict) -> str:
+    return ",".join(f"{k}={v}" for k, v in schedule.items())
+
+
+# --- shared checks ---------------------------------------------------------------------
+def _workload(name: str, config: dict):
+    import workloads
+
+    try:
+        return workloads.get(name, config)
+    except KeyError as e:
+        raise UsageError(e.args[0] if e.args else str(e)) from None
+    except (ValueError, TypeError) as e:
+        raise UsageError(f"bad --config for {name}: {e}") from None
+
+
+def _backend(backend: str) -> str:
+    from jaxbench_env.evaluation import resolve_backend
+
+    try:
+        return resolve_backend(backend)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+
+def _evaluator(args, config):
+    from jaxbench_env.evaluation import Evaluator
+
+    _workload(args.workload, config)
+    _backend(args.backend)
+    return Evaluator(args.workload, config, args.backend, cache_dir=args.cache_dir, timeout_s=args.timeout)
+
+
+# --- subcommands -------------------------------------------------------------------------
+def cmd_list(args) -> int:
+    from workloads import WORKLOADS
+
+    rows = []
+    for name, cls in WORKLOADS.items():
+        wl = cls()
+        space = wl.space()
+        rows.append({"name": name, "jaxbench_id": cls.jaxbench_id, "category": cls.category,
+                     "description": cls.description, "config": wl.config, "env_id": f"JAXBench/{name}-v0",
+                     "knobs": {k.name: list(k.values) for k in space.knobs}})
+    if args.json:
+        print(json.dumps(rows, default=str))
+        return 0
+    width = max([len(r["name"]) for r in rows] + [4])
+    print(f"{'name':<{width}}  id    {'category':<14} description")
+    for r in rows:
+        print(f"{r['name']:<{width}}  {r['jaxbench_id']:<5} {r['category']:<14} {r['description']}")
+    return 0
+
+
+def cmd_baseline(args) -> int:
+    config = parse_pairs(args.config, "--config")
+    ev = _evaluator(args, config)
+    try:
+        base = ev.baseline()
+    finally:
+        ev.close()
+    obj = {"workload": args.workload, "config": ev.workload.config, "backend": ev.backend,
+           "timing_source": base.timing_source, "time_ms": base.time_ms, "cached": base.cached}
+    if args.json:
+        print(json.dumps(obj, default=str))
+    else:
+        print(f"{args.workload} XLA baseline: {fmt_ms(base.time_ms)} ({timing_word(base.timing_source)}, "
+              f"{base.timing_source}) at {ev.workload.config}")
+    return 0
+
+
+def cmd_evaluate(args) -> int:
+    from jaxbench_env.candidate import Candidate
+
+    config = parse_pairs(args.config, "--config")
+    overrides = parse_pairs(args.schedule, "--schedule")
+    wl = _workload(args.workload, config)
+    space = wl.space()
+    unknown = sorted(set(overrides) - set(space.names))
+    if unknown:
+        raise UsageError(f"unknown schedule knobs {unknown} for {args.workload}; known: {list(space.names)}")
+    if args.kernel:
+        path = Path(args.kernel)
+        try:
+            source = path.read_text()
+        except OSError as e:
+            raise UsageError(f"cannot read kernel file {args.kernel}: {e.strerror or e}") from None
+        schedule = overrides  # the file's own SCHEDULE holds the rest
+    else:
+        source = wl.template_source()
+        schedule = {**space.default(), **overrides}
+        reason = space.check(schedule)
+        if reason is not None:
+            raise UsageError(f"schedule rejected: {reason}")
+    ev = _evaluator(args, config)
+    try:
+        result = ev.evaluate(Candidate(source, schedule))
+    finally:
+        ev.close()
+    obj = {"workload": args.workload, "config": ev.workload.config, "backend": result.backend,
+           "timing_source": result.timing_source, "compiled": result.compiled, "correct": result.correct,
+           "max_abs_err": result.max_abs_err, "time_ms": result.time_ms, "baseline_ms": result.baseline_ms,
+           "speedup": result.speedup, "error": result.error, "stage": result.stage, "schedule": schedule,
+           "kernel": args.kernel, "cached": result.cached}
+    if args.json:
+        print(json.dumps(obj, default=str))
+        return 0
+    word = timing_word(result.timing_source)
+    print(f"{args.workload} {'kernel ' + args.kernel if args.kernel else 'template'} "
+          f"schedule {fmt_schedule(schedule) or '(module default)'}")
+    print(f"  compiled: {result.compiled}  correct: {result.correct}  max abs err: {result.max_abs_err}")
+    print(f"  time: {fmt_ms(result.time_ms)} ({word}, {result.timing_source})  "
+          f"XLA baseline: {fmt_ms(result.baseline_ms)} ({word})")
+    print(f"  speedup: {'n/a' if result.speedup is None else f'{result.speedup:.3f}x'}")
+    if result.error:
+        print(f"  error: {result.error}")
+    return 0
+
+
+_SCHEDULE_LITERAL = re.compile(r"^SCHEDULE\s*(?::[^=\n]*)?=\s*\{[^{}]*\}", re.MULTILINE)
+
+
+def with_schedule(source: str, schedule: dict) -> str:
+    """``source`` with its top-level ``SCHEDULE = {...}`` literal set to ``schedule``
+    (or, if there is no such literal, with a comment naming the schedule)."""
+    body = ", ".join(f"{json.dumps(k)}: {v!r}" if isinstance(v, (int, float)) else f"{json.dumps(k)}: {json.dumps(v)}"
+                     for k, v in schedule.items())
+    literal = "SCHEDULE = {" + body + "}"
+    if schedule and _SCHEDULE_LITERAL.search(source):
+        return _SCHEDULE_LITERAL.sub(lambda m: literal, source, count=1)
+    if not schedule:
+        return source
+    return f"# Best schedule (no SCHEDULE literal found to rewrite): {literal}\n" + source
+
+
+def cmd_optimize(args) -> int:
+    import gymnasium as gym
+
+    import jaxbench_env  # noqa: F401  (registers the envs)
+    from policies import POLICY_ACTION_MODE, make_policy, run_policy
+
+    config = parse_pairs(args.config, "--config")
+    _workload(args.workload, config)
+    _backend(args.backend)
+    if args.steps < 1:
+        raise UsageError("--steps must be at least 1")
+    kwargs: dict = {}
+    if args.policy == "llm":
+        if not args.base_url:
+            raise UsageError("--policy llm needs --base-url (an OpenAI-compatible endpoint)")
+        kwargs = {"base_url": args.base_url, "model": args.model or "default", "api_key": args.api_key}
+    elif args.policy == "beam":
+        kwargs = {"beam_width": args.beam_width}
+    elif args.policy == "random" and args.seed is not None:
+        kwargs = {"seed": args.seed}
+    policy = make_policy(args.policy, **kwargs)
+    out = Path(args.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"cannot create --out directory {args.out}: {e.strerror or e}") from None
+
+    env = gym.make(f"jaxbench_env:JAXBench/{args.workload}-v0", action_mode=POLICY_ACTION_MODE[args.policy],
+                   config=config, backend=args.backend, max_steps=args.steps, cache_dir=args.cache_dir,
+                   timeout_s=args.timeout)
+    try:
+        _, info0 = env.reset(seed=args.seed)
+        policy.reset()
+        word = timing_word(info0["timing_source"])
+        print(f"[jaxbench] {args.workload}: XLA baseline {fmt_ms(info0['baseline_ms'])} ({word}); start "
+              f"{fmt_ms(info0['time_ms'])}, speedup {info0['speedup'] or 0:.3f}x; policy {args.policy}, "
+              f"{args.steps} steps", file=sys.stderr, flush=True)
+
+        def progress(rec):
+            s = "FAIL" if rec["speedup"] is None else f"{rec['speedup']:.3f}x"
+            print(f"[jaxbench] step {rec['step']}/{args.steps}: {s} {fmt_ms(rec['time_ms'])} ({word}) "
+                  f"schedule {fmt_schedule(rec['schedule'])}{'  ' + short(rec['error']) if rec['error'] else ''}",
+                  file=sys.stderr, flush=True)
+
+        records = run_policy(policy, env, args.steps, reset=False, callback=progress)
+        u = env.unwrapped
+        best_source, best_schedule = u.best if u.best is not None else (u.source, dict(u.schedule))
+        best_speedup = u.best_speedup
+    finally:
+        env.close()
+
+    (out / "best_kernel.py").write_text(with_schedule(best_source, best_schedule))
+    (out / "log.json").write_text(json.dumps(records, indent=1, default=str))
+
+    summary = {"workload": args.workload, "policy": args.policy, "steps": len(records),
+               "timing_source": info0["timing_source"], "baseline_ms": info0["baseline_ms"],
+               "start_speedup": info0["speedup"], "best_speedup": best_speedup, "best_schedule": best_schedule,
+               "best_kernel": str(out / "best_kernel.py"), "log": str(out / "log.json")}
+    if args.json:
+        print(json.dumps(summary, default=str))
+        return 0
+    print(f"{'step':>4}  {'schedule':<55} {'speedup':>8}  {'correct':<7}  error")
+    for rec in records:
+        s = "-" if rec["speedup"] is None else f"{rec['speedup']:.3f}x"
+        print(f"{rec['step']:>4}  {fmt_schedule(rec['schedule']):<55} {s:>8}  {str(rec['correct']):<7}  "
+              f"{short(rec['error'], 50)}")
+    print(f"best speedup {best_speedup:.3f}x ({word} times) at {fmt_schedule(best_schedule)}")
+    print(f"wrote {out / 'best_kernel.py'} and {out / 'log.json'}")
+    return 0
+
+
+# --- parser ------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--backend", choices=BACKENDS, default="auto",
+                        help="sim: v6e simulator (predicted times); tpu: measure on a TPU; auto: tpu if present")
+    common.add_argument("--config", help="workload config overrides, KEY=VALUE,... (e.g. M=1024,K=1024,N=2048)")
+    common.add_argument("--json", action="store_true", help="machine-readable JSON output")
+    common.add_argument("--cache-dir", default=None, help="result cache (default $JAXBENCH_CACHE_DIR)")
+    common.add_argument("--timeout", type=float, default=300.0, help="seconds per evaluation")
+
+    p = argparse.ArgumentParser(prog="jaxbench", description="JAXBench-Gym: optimize Pallas TPU kernels.")
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", parents=[common], help="list the workloads")
+    b = sub.add_parser("baseline", parents=[common], help="time a workload's XLA baseline")
+    b.add_argument("workload")
+    e = sub.add_parser("evaluate", parents=[common], help="evaluate the template or a kernel file")
+    e.add_argument("workload")
+    e.add_argument("--kernel", help="Python file defining workload(*inputs) (default: the template)")
+    e.add_argument("--schedule", help="schedule knobs, KEY=VALUE,... (e.g. block_m=256,order=nm)")
+    o = sub.add_parser("optimize", parents=[common], help="run a search policy for N steps")
+    o.add_argument("workload")
+    o.add_argument("--policy", required=True, choices=("random", "greedy", "beam", "llm"))
+    o.add_argument("--steps", type=int, required=True)
+    o.add_argument("--out", required=True, help="directory for best_kernel.py and log.json")
+    o.add_argument("--seed", type=int, default=None)
+    o.add_argument("--beam-width", type=int, default=4)
+    o.add_argument("--base-url", help="OpenAI-compatible endpoint for --policy llm, e.g. http://127.0.0.1:8000/v1")
+    o.add_argument("--model", help="model name for --policy llm")
+    o.add_argument("--api-key", default="none", help="API key for --policy llm")
+    return p
+
+
+COMMANDS = {"list": cmd_list, "baseline": cmd_baseline, "evaluate": cmd_evaluate, "optimize": cmd_optimize}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except UsageError as e:
+        print(f"jaxbench: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("jaxbench: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

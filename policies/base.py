@@ -1,0 +1,95 @@
+"""What every policy shares: the ``act(env) -> action`` interface and a run loop.
+
+A policy is any object with ``act(env)``: it looks at the environment (``env.unwrapped``
+gives the ``JAXBenchEnv`` with its schedule, history, ``describe()`` and ``fork()``) and
+returns one action for ``env.step``. ``run_policy`` drives one for a number of steps.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator, Mapping
+
+import numpy as np
+
+
+def schedule_key(schedule: Mapping[str, Any]) -> tuple:
+    return tuple(sorted(schedule.items()))
+
+
+def one_knob_moves(space, schedule: Mapping[str, Any]) -> Iterator[dict]:
+    """Schedules one knob away from ``schedule`` that ``space.check`` allows (the env's
+    action mask at ``schedule``), nearest values first: every knob's +-1 index moves, then
+    +-2, and so on."""
+    current = space.encode(schedule)
+    for dist in range(1, int(space.nvec.max(initial=1))):
+        for i, knob in enumerate(space.knobs):
+            for j in (current[i] - dist, current[i] + dist):
+                if 0 <= j < len(knob.values):
+                    cand = {**schedule, knob.name: knob.values[j]}
+                    if space.check(cand) is None:
+                        yield cand
+
+
+class Policy:
+    """Base class: subclasses implement ``act``; ``run`` steps an env with it."""
+
+    name = "policy"
+
+    def act(self, env):  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def reset(self) -> None:
+        """Forget per-episode state (called by ``run`` after ``env.reset``)."""
+
+    def run(self, env, steps: int, seed: int | None = None, callback: Callable[[dict], None] | None = None):
+        return run_policy(self, env, steps, seed=seed, callback=callback)
+
+
+def schedule_action(env, schedule: Mapping[str, Any]):
+    """The env action that evaluates ``schedule`` with the current source, for any action mode."""
+    u = env.unwrapped
+    idx = u.schedule_space.encode(schedule)
+    if u.action_mode == "both":
+        return {"schedule": idx, "source": ""}
+    return idx
+
+
+def jsonable(x):
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, Mapping):
+        return {str(k): jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [jsonable(v) for v in x]
+    return x
+
+
+def run_policy(policy, env, steps: int, seed: int | None = None, reset: bool = True,
+               callback: Callable[[dict], None] | None = None) -> list[dict]:
+    """Reset ``env`` (unless ``reset=False``), then take ``steps`` steps with ``policy``.
+
+    Returns one record per step: step, action, schedule, reward, speedup, correct,
+    compiled, time_ms, baseline_ms, error, timing_source. ``callback`` sees each record as
+    it is made (for progress output). Stops early if the episode ends.
+    """
+    if reset:
+        env.reset(seed=seed)
+        if hasattr(policy, "reset"):
+            policy.reset()
+    records = []
+    for n in range(1, steps + 1):
+        action = policy.act(env)
+        _, reward, terminated, truncated, info = env.step(action)
+        rec = {"step": n, "action": jsonable(action), "schedule": jsonable(info["schedule"]),
+               "reward": float(reward), "speedup": info["speedup"], "correct": bool(info["correct"]),
+               "compiled": bool(info["compiled"]), "time_ms": info["time_ms"],
+               "baseline_ms": info["baseline_ms"], "error": info["error"],
+               "timing_source": info["timing_source"]}
+        records.append(rec)
+        if callback is not None:
+            callback(rec)
+        if terminated or truncated:
+            break
+    return records

@@ -1,0 +1,103 @@
+"""The ``jaxbench`` command line, run as ``python -m jaxbench_env`` in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+SMALL = "M=1024,K=1024,N=2048"
+
+
+@pytest.fixture(scope="session")
+def cli(cache_dir):  # conftest's shared result cache
+    env = {**os.environ, "JAXBENCH_CACHE_DIR": str(cache_dir)}
+
+    def run(*args, timeout=600):
+        return subprocess.run([sys.executable, "-m", "jaxbench_env", *args], capture_output=True, text=True,
+                              env=env, timeout=timeout)
+
+    return run
+
+
+def test_list_json(cli):
+    p = cli("list", "--json")
+    assert p.returncode == 0, p.stderr
+    rows = json.loads(p.stdout)
+    assert isinstance(rows, list) and rows
+    names = {r["name"] for r in rows}
+    assert "gemm" in names
+    for r in rows:
+        assert {"name", "jaxbench_id", "category"} <= set(r)
+    gemm = next(r for r in rows if r["name"] == "gemm")
+    assert gemm["jaxbench_id"] == "8p" and gemm["category"] == "matmul"
+
+
+def test_baseline_json(cli):
+    p = cli("baseline", "gemm", "--config", SMALL, "--backend", "sim", "--json")
+    assert p.returncode == 0, p.stderr
+    obj = json.loads(p.stdout)
+    assert obj["workload"] == "gemm" and obj["backend"] == "sim" and obj["timing_source"] == "v6e-sim"
+    assert obj["time_ms"] > 0
+
+
+def test_evaluate_template_json_and_human(cli):
+    p = cli("evaluate", "gemm", "--config", SMALL, "--json")
+    assert p.returncode == 0, p.stderr
+    obj = json.loads(p.stdout)
+    for key in ("workload", "backend", "timing_source", "compiled", "correct", "max_abs_err", "time_ms",
+                "baseline_ms", "speedup", "error"):
+        assert key in obj
+    assert obj["compiled"] and obj["correct"] and obj["error"] is None
+    assert obj["speedup"] == pytest.approx(obj["baseline_ms"] / obj["time_ms"])
+    # Human output (now cached) says the times are predictions of the simulator.
+    p = cli("evaluate", "gemm", "--config", SMALL)
+    assert p.returncode == 0, p.stderr
+    assert "predicted" in p.stdout and "measured" not in p.stdout
+
+
+def test_evaluate_kernel_file(cli, tmp_path):
+    import workloads
+
+    src = workloads.get("gemm").template_source().replace('"block_m": 512', '"block_m": 1024')
+    kernel = tmp_path / "k.py"
+    kernel.write_text(src)
+    p = cli("evaluate", "gemm", "--config", SMALL, "--kernel", str(kernel), "--json")
+    assert p.returncode == 0, p.stderr
+    obj = json.loads(p.stdout)
+    assert obj["compiled"] and obj["correct"] and obj["speedup"] > 0
+
+
+def test_optimize_random_writes_outputs(cli, tmp_path):
+    out = tmp_path / "run"
+    p = cli("optimize", "gemm", "--config", SMALL, "--policy", "random", "--steps", "3", "--seed", "13",
+            "--out", str(out))
+    assert p.returncode == 0, p.stderr
+    assert p.stderr.count("step ") >= 3  # one progress line per step
+    assert "speedup" in p.stdout
+    log = json.loads((out / "log.json").read_text())
+    assert len(log) == 3
+    for n, rec in enumerate(log, 1):
+        assert rec["step"] == n
+        for key in ("action", "schedule", "reward", "speedup", "correct", "compiled", "time_ms", "error",
+                    "timing_source"):
+            assert key in rec
+    best = (out / "best_kernel.py").read_text()
+    assert "def workload(" in best and "SCHEDULE = {" in best
+    compile(best, "best_kernel.py", "exec")
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("baseline", "no_such_workload"), "no_such_workload"),
+    (("evaluate", "gemm", "--config", "Q=1"), "Q"),
+    (("evaluate", "gemm", "--kernel", "/no/such/kernel.py"), "kernel"),
+    (("evaluate", "gemm", "--config", "M"), "KEY=VALUE"),
+])
+def test_bad_input_exits_2(cli, args, needle):
+    p = cli(*args)
+    assert p.returncode == 2
+    assert needle in p.stderr and "Traceback" not in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
