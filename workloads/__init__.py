@@ -7,8 +7,10 @@ from typing import Any, Mapping
 from .base import Workload
 from .flash_attention import FlashAttention
 from .gemm import Gemm
+from .mixtral_moe import MixtralMoE
+from .rmsnorm import RMSNorm
 
-WORKLOADS: dict[str, type[Workload]] = {cls.name: cls for cls in (Gemm, FlashAttention)}
+WORKLOADS: dict[str, type[Workload]] = {cls.name: cls for cls in (Gemm, FlashAttention, MixtralMoE, RMSNorm)}
 
 
 def get(name: str, config: Mapping[str, Any] | None = None) -> Workload:
