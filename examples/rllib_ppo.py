@@ -1,10 +1,12 @@
 """PPO (RLlib, new API stack) on the schedule-action gemm env, for 2 training iterations.
 
-    python examples/rllib_ppo.py [--iters 2] [--cache-dir /tmp/jaxbench_cache]
+    python examples/rllib_ppo.py [--iters 2] [--cache-dir /tmp/jaxbench_cache] [--tiny]
 
 The observation is a Dict, so the env-to-module pipeline flattens it
 (``FlattenObservations``); the action is the MultiDiscrete schedule index vector. The
-small gemm config keeps each uncached evaluation at a few seconds; repeats hit the cache.
+small gemm config keeps each uncached evaluation at seconds to ~30 s (random schedules with
+128-wide blocks run many grid steps in the interpret check); repeats hit the cache.
+``--tiny`` (M=K=N=256) makes every evaluation ~1-2 s: 2 iterations in well under a minute.
 """
 
 from __future__ import annotations
@@ -64,8 +66,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--iters", type=int, default=2)
     ap.add_argument("--cache-dir", default=None)
+    ap.add_argument("--tiny", action="store_true", help="gemm at M=K=N=256 instead of the small config")
     args = ap.parse_args()
-    for i, r in enumerate(train(args.iters, args.cache_dir), 1):
+    config = {"M": 256, "K": 256, "N": 256} if args.tiny else SMALL_GEMM
+    for i, r in enumerate(train(args.iters, args.cache_dir, config=config), 1):
         er = r.get("env_runners", {})
         print(f"iter {i}: env steps {er.get('num_env_steps_sampled_lifetime')}, "
               f"episodes {er.get('num_episodes_lifetime')}, "
