@@ -66,9 +66,11 @@ class ScheduleSpace:
         return out
 
     def encode(self, schedule: Mapping[str, Any]) -> np.ndarray:
+        """Schedule dict -> index vector; a value outside a knob's list encodes as its default."""
         if not len(self.knobs):
             return np.zeros(1, dtype=np.int64)
-        return np.array([k.values.index(schedule.get(k.name, k.default)) for k in self.knobs], dtype=np.int64)
+        return np.array([k.values.index(v) if (v := schedule.get(k.name, k.default)) in k.values
+                         else k.values.index(k.default) for k in self.knobs], dtype=np.int64)
 
     def check(self, schedule: Mapping[str, Any]) -> str | None:
         for knob in self.knobs:
@@ -93,6 +95,18 @@ class ScheduleSpace:
         """Flat mask -> the per-knob tuple that ``MultiDiscrete.sample(mask=...)`` takes."""
         bounds = np.cumsum(self.nvec)[:-1]
         return tuple(np.asarray(m, dtype=np.int8) for m in np.split(flat_mask, bounds))
+
+    def nearest_valid(self, schedule: Mapping[str, Any]) -> dict:
+        """``schedule`` if it passes ``check``, else the valid schedule fewest index steps away
+        (for configs too small for the template's default blocks)."""
+        if self.check(schedule) is None:
+            return dict(schedule)
+        here = self.encode(schedule)
+        best = min((s for s in self.all_schedules() if self.check(s) is None),
+                   key=lambda s: int(np.abs(self.encode(s) - here).sum()), default=None)
+        if best is None:
+            raise ValueError(f"no schedule in the space is valid here: {self.check(schedule)}")
+        return best
 
     def all_schedules(self):
         """Every schedule in the space (the product of the knobs' values)."""

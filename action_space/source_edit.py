@@ -14,7 +14,10 @@ in the source exactly once); any other text replaces the module whole.
 
 from __future__ import annotations
 
+import ast
+import json
 import re
+from typing import Any, Mapping
 
 MAX_SOURCE_CHARS = 100_000
 
@@ -54,3 +57,35 @@ def apply_source_action(current: str, text: str) -> str:
 def edit_block(search: str, replace: str) -> str:
     """Format one search/replace block (for policies that write edits)."""
     return f"<<<<<<< SEARCH\n{search}\n=======\n{replace}\n>>>>>>> REPLACE\n"
+
+
+_SCHEDULE_LITERAL = re.compile(r"^SCHEDULE\s*(?::[^=\n]*)?=\s*\{[^{}]*\}", re.MULTILINE)
+
+
+def read_schedule(source: str) -> dict | None:
+    """The module's top-level ``SCHEDULE = {...}`` literal, or None if it has none."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    for node in tree.body:
+        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else getattr(node, "target", None)
+        if isinstance(target, ast.Name) and target.id == "SCHEDULE" and getattr(node, "value", None) is not None:
+            try:
+                value = ast.literal_eval(node.value)
+            except ValueError:
+                return None
+            return value if isinstance(value, dict) else None
+    return None
+
+
+def with_schedule(source: str, schedule: Mapping[str, Any]) -> str:
+    """``source`` with its top-level ``SCHEDULE = {...}`` literal set to ``schedule``
+    (or, if there is no such literal, with a comment naming the schedule)."""
+    body = ", ".join(f"{json.dumps(k)}: {json.dumps(v) if isinstance(v, str) else repr(v)}" for k, v in schedule.items())
+    literal = "SCHEDULE = {" + body + "}"
+    if schedule and _SCHEDULE_LITERAL.search(source):
+        return _SCHEDULE_LITERAL.sub(lambda m: literal, source, count=1)
+    if not schedule:
+        return source
+    return f"# Best schedule (no SCHEDULE literal found to rewrite): {literal}\n" + source

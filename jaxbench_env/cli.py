@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from action_space.source_edit import with_schedule
 from jaxbench_env.evaluation import BACKENDS
 
 
@@ -184,22 +185,6 @@ def cmd_evaluate(args) -> int:
     if result.error:
         print(f"  error: {result.error}")
     return 0
-
-
-_SCHEDULE_LITERAL = re.compile(r"^SCHEDULE\s*(?::[^=\n]*)?=\s*\{[^{}]*\}", re.MULTILINE)
-
-
-def with_schedule(source: str, schedule: dict) -> str:
-    """``source`` with its top-level ``SCHEDULE = {...}`` literal set to ``schedule``
-    (or, if there is no such literal, with a comment naming the schedule)."""
-    body = ", ".join(f"{json.dumps(k)}: {v!r}" if isinstance(v, (int, float)) else f"{json.dumps(k)}: {json.dumps(v)}"
-                     for k, v in schedule.items())
-    literal = "SCHEDULE = {" + body + "}"
-    if schedule and _SCHEDULE_LITERAL.search(source):
-        return _SCHEDULE_LITERAL.sub(lambda m: literal, source, count=1)
-    if not schedule:
-        return source
-    return f"# Best schedule (no SCHEDULE literal found to rewrite): {literal}\n" + source
 
 
 def cmd_optimize(args) -> int:

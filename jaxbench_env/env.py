@@ -11,7 +11,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from action_space.source_edit import MAX_SOURCE_CHARS, EditError, apply_source_action
+from action_space.source_edit import MAX_SOURCE_CHARS, EditError, apply_source_action, read_schedule
 from jaxbench_env.candidate import Candidate
 from jaxbench_env.evaluation import EvalResult, Evaluator, reward_of
 from workloads.base import N_FEATURES
@@ -26,14 +26,16 @@ class JAXBenchEnv(gym.Env):
     """Optimize a Pallas TPU kernel for one JAXBench workload.
 
     An episode starts from the workload's baseline Pallas template at its default
-    schedule. Each step proposes a candidate, evaluates it (v6e compile, correctness
+    schedule (the nearest valid one, for a config too small for the default blocks). Each step proposes a candidate, evaluates it (v6e compile, correctness
     check, time) and, if it compiled and is correct, makes it the current kernel.
 
     Actions (``action_mode``):
         * "schedule": ``MultiDiscrete`` of knob-value indices, applied to the current source.
         * "source": ``Text``: a whole module defining ``workload(*inputs)``, or search/replace
-          edit blocks against the current source (see ``action_space.source_edit``).
-        * "both": ``Dict(schedule=..., source=...)``; an empty source keeps the current one.
+          edit blocks against the current source (see ``action_space.source_edit``). The
+          values in the new module's ``SCHEDULE`` literal become the current schedule.
+        * "both": ``Dict(schedule=..., source=...)``; an empty source keeps the current one,
+          and the schedule action wins over the module's ``SCHEDULE`` literal.
 
     Observation (``Dict``):
         * "features": log2 of the workload's config numbers (fixed size 16, zero padded).
@@ -85,12 +87,13 @@ class JAXBenchEnv(gym.Env):
             "action_mask": spaces.MultiBinary(int(self.schedule_space.nvec.sum()) or 1),
         })
         self._template = self.workload.template_source()
+        self._start_schedule = self.schedule_space.nearest_valid(self.schedule_space.default())
         self._reset_state()
 
     # --- state -------------------------------------------------------------------------
     def _reset_state(self) -> None:
         self.source = self._template
-        self.schedule = self.schedule_space.default()
+        self.schedule = self._start_schedule
         self.steps = 0
         self.last: EvalResult | None = None
         self.current_speedup = 0.0
@@ -156,7 +159,10 @@ class JAXBenchEnv(gym.Env):
         if self.action_mode == "schedule":
             return self.source, self.schedule_space.decode(action)
         if self.action_mode == "source":
-            return apply_source_action(self.source, action), dict(self.schedule)
+            # An edit of the module's SCHEDULE literal is how a source action tunes knobs.
+            source = apply_source_action(self.source, action)
+            own = read_schedule(source) or {}
+            return source, {**self.schedule, **{k: v for k, v in own.items() if k in self.schedule}}
         if not isinstance(action, Mapping) or set(action) != {"schedule", "source"}:
             raise ValueError("a 'both' action is a dict with keys 'schedule' and 'source'")
         schedule = self.schedule_space.decode(action["schedule"])

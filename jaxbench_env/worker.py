@@ -22,6 +22,9 @@ from typing import Any
 _HEADER = struct.Struct("!Q")
 DEFAULT_TIMEOUT_S = 300.0
 DEFAULT_MEMORY_BYTES = 16 * 2**30
+# Warnings libtpu prints at start-up on a machine without TPU metadata: harmless.
+_LIBTPU_NOISE = ("TPU worker hostnames", "host bounds for accelerator", "Source Location Trace",
+                 "libtpu_init_utils", "InitGoogle", "TPU_WORKER_HOSTNAMES")
 
 
 class WorkerError(RuntimeError):
@@ -80,12 +83,15 @@ class Worker:
         )
 
     def _stderr_tail(self, n: int = 1500) -> str:
+        """The end of the worker's stderr, without libtpu's start-up chatter."""
         if self._log is None:
             return ""
         self._log.seek(0, os.SEEK_END)
         size = self._log.tell()
-        self._log.seek(max(0, size - n))
-        return self._log.read().decode(errors="replace")
+        self._log.seek(max(0, size - 20 * n))
+        lines = self._log.read().decode(errors="replace").splitlines()
+        kept = [ln for ln in lines if not any(noise in ln for noise in _LIBTPU_NOISE)]
+        return "\n".join(kept)[-n:]
 
     def kill(self) -> None:
         if self._proc is not None:
@@ -135,9 +141,14 @@ class Worker:
         try:
             return _read_frame(out_fd)
         except (EOFError, pickle.UnpicklingError, OSError) as e:
+            try:  # a closed pipe usually means the process is exiting: report how
+                code = proc.wait(timeout=5)
+                what = f"exit code {code}"
+            except subprocess.TimeoutExpired:
+                what = str(e)
             tail = self._stderr_tail()
             self.kill()
-            raise WorkerError(f"worker crashed mid-answer ({e}); its last output:\n{tail}") from None
+            raise WorkerError(f"worker crashed ({what}); its last output:\n{tail}") from None
 
     def __del__(self):
         try:

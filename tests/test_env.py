@@ -141,3 +141,21 @@ def test_observation_is_numeric_and_fixed_size(make_env):
     obs, _ = env.reset(seed=0)
     assert all(isinstance(v, np.ndarray) and v.dtype.kind in "fiu" for v in obs.values())
     assert obs["action_mask"].shape == (int(env.schedule_space.nvec.sum()),)
+
+
+def test_start_schedule_fits_a_config_smaller_than_the_default_blocks(make_env):
+    env = make_env("gemm", {"M": 256, "K": 256, "N": 256})
+    obs, info = env.reset(seed=0)
+    assert info["correct"] and info["compiled"], info["error"]
+    assert env.schedule_space.check(env.schedule) is None
+    assert all(env.schedule[k] <= 256 for k in ("block_m", "block_k", "block_n"))
+
+
+def test_source_edit_of_schedule_literal_sets_the_schedule():
+    from action_space.source_edit import read_schedule, with_schedule
+
+    src = 'import x\nSCHEDULE = {"block_m": 512, "order": "mn"}\n\ndef workload(a):\n    return a\n'
+    assert read_schedule(src) == {"block_m": 512, "order": "mn"}
+    edited = with_schedule(src, {"block_m": 256, "order": "nm"})
+    assert read_schedule(edited) == {"block_m": 256, "order": "nm"} and edited.endswith("return a\n")
+    assert read_schedule("def workload(a): return a") is None

@@ -92,6 +92,7 @@ def test_edit_reply_is_applied_and_scored(make_env, server, policy):
     assert template.rstrip() in user
 
     assert NEW in info["source"] and OLD not in info["source"]
+    assert info["schedule"]["block_m"] == 256  # editing the SCHEDULE literal tunes the knob
     assert info["compiled"] and info["correct"], info["error"]
     assert info["speedup"] > 0 and reward == pytest.approx(info["speedup"])
     assert info["speedup"] == pytest.approx(info["baseline_ms"] / info["time_ms"])
