@@ -130,6 +130,11 @@ class Evaluator:
         result.baseline_ms = self.baseline().time_ms
         return result
 
+    def __deepcopy__(self, memo):
+        # A handle on a worker process and a cache: copies of an env (gym.make deep-copies
+        # its kwargs) share it, as forks do.
+        return self
+
     def close(self) -> None:
         self.worker.close()
 

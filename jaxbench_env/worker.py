@@ -150,6 +150,10 @@ class Worker:
             self.kill()
             raise WorkerError(f"worker crashed ({what}); its last output:\n{tail}") from None
 
+    def __getstate__(self):
+        # A copy (pickled to an RLlib env runner, say) starts its own process when first used.
+        return {**self.__dict__, "_proc": None, "_log": None}
+
     def __del__(self):
         try:
             self.kill()
