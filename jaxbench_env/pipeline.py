@@ -62,7 +62,7 @@ def _candidate_frames(exc: BaseException) -> str:
     return "".join(f"  candidate line {f.lineno}, in {f.name}\n" for f in frames[-3:])
 
 
-def _check_structure(out, ref) -> None:
+def check_structure(out, ref) -> None:
     import jax
 
     out_leaves, out_tree = jax.tree_util.tree_flatten(out)
@@ -76,7 +76,7 @@ def _check_structure(out, ref) -> None:
             raise StageError(f"output dtype {np.dtype(o.dtype)} does not match the reference's {np.dtype(r.dtype)}")
 
 
-def _compare(out, ref, atol: float, rtol: float) -> float:
+def compare_outputs(out, ref, atol: float, rtol: float) -> float:
     """Max abs error; raises StageError when not allclose or not finite."""
     import jax
 
@@ -136,8 +136,8 @@ def check(module, wl: workloads.Workload, on_tpu: bool) -> float:
             raise
         except Exception as e:  # noqa: BLE001
             raise StageError(f"calling workload failed (seed {seed}): {_short(e)}\n{_candidate_frames(e)}") from None
-        _check_structure(out, ref)
-        worst = max(worst, _compare(out, ref, wl.atol, wl.rtol))
+        check_structure(out, ref)
+        worst = max(worst, compare_outputs(out, ref, wl.atol, wl.rtol))
     return worst
 
 

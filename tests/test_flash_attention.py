@@ -4,14 +4,13 @@ from jaxbench_env.tpu import prepare_process
 
 prepare_process()  # CPU jax; a no-op for env vars when jax is already imported
 
-import types
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.experimental.pallas import tpu as pltpu
 
+from harness import AtCheckSize, assert_template_correct
 from workloads import WORKLOADS
 from workloads.flash_attention import FlashAttention
 
@@ -24,22 +23,7 @@ def f32(x):
     return np.asarray(jnp.asarray(x).astype(jnp.float32))
 
 
-def close(ref, out):
-    return np.allclose(f32(ref), f32(out), atol=W.atol, rtol=W.rtol)
-
-
-@pytest.fixture(scope="module")
-def ref_fn():
-    return jax.jit(lambda q, k, v: W.reference(CFG, q, k, v))
-
-
-@pytest.fixture(scope="module")
-def cases(ref_fn):
-    out = []
-    for seed in range(3):
-        q, k, v = W.make_inputs(CFG, seed)
-        out.append(((q, k, v), ref_fn(q, k, v)))
-    return out
+C = AtCheckSize(W)
 
 
 def test_registered_and_check_size():
@@ -59,8 +43,8 @@ def test_seed0_is_spec_inputs():
     assert not np.array_equal(f32(W.make_inputs(CFG, 1)[0]), f32(q))
 
 
-def test_reference_matches_float64(cases):
-    (q, k, v), ref = cases[0]
+def test_reference_matches_float64():
+    (q, k, v), ref = C.inputs(0), C.ref(0)
     q64, k64, v64 = (f32(x).astype(np.float64) for x in (q, k, v))
     s = q64 @ np.swapaxes(k64, -1, -2) / np.sqrt(128.0)
     seq = s.shape[-1]
@@ -68,17 +52,17 @@ def test_reference_matches_float64(cases):
     p = np.exp(s - s.max(-1, keepdims=True))
     p /= p.sum(-1, keepdims=True)
     exact = p @ v64
-    assert ref.shape == q.shape and ref.dtype == jnp.bfloat16
+    assert ref.shape == q.shape and C._ref(q, k, v).dtype == jnp.bfloat16
     assert np.allclose(exact, f32(ref), atol=W.atol, rtol=W.rtol)
     # the bf16 reference sits well inside the tolerance of the exact answer
     assert np.max(np.abs(exact - f32(ref)) / (W.atol + W.rtol * np.abs(exact))) < 0.5
 
 
-def test_degenerate_outputs_fail(cases):
-    (q, k, v), ref = cases[0]
-    assert not close(ref, jnp.zeros_like(ref))
-    assert not close(ref, jnp.full_like(ref, f32(ref).mean()))
-    assert not close(ref, v)
+def test_degenerate_outputs_fail():
+    (_, _, v), ref = C.inputs(0), C.ref(0)
+    assert C.rejects(np.zeros_like(ref))
+    assert C.rejects(np.full_like(ref, ref.mean()))
+    assert C.rejects(f32(v))
 
 
 def test_schedule_space_check():
@@ -104,17 +88,5 @@ SCHEDULES = [
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES, ids=lambda s: "-".join(f"{v}" for v in s.values()) or "default")
-def test_template_interpret(schedule, cases):
-    full = dict(SPACE.default(), **schedule)
-    assert SPACE.check(full) is None
-    m = types.ModuleType("cand")
-    exec(compile(W.template_source(), "<candidate>", "exec"), m.__dict__)
-    assert set(m.SCHEDULE) == set(SPACE.names) and m.SCHEDULE == SPACE.default()
-    m.CONFIG = CFG
-    m.SCHEDULE.update(schedule)
-    fn = jax.jit(m.workload)
-    with pltpu.force_tpu_interpret_mode():
-        for (q, k, v), ref in cases:
-            out = fn(q, k, v)
-            assert out.shape == ref.shape and out.dtype == ref.dtype
-            assert close(ref, out)
+def test_template_interpret(schedule):
+    assert_template_correct(W, schedule)

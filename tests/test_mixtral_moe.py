@@ -2,38 +2,26 @@
 and the fused Pallas expert template correct in interpret mode at several schedules."""
 
 import functools
-import types
 
 import jax
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
-from jax.experimental.pallas import tpu as pltpu
 
+from harness import AtCheckSize, assert_template_correct
 from workloads.mixtral_moe import MixtralMoE
 
 W = MixtralMoE()
 CFG = W.check_config()
-SEEDS = (0, 1, 2)
 
 
 def f32(a):
     return np.asarray(a, dtype=np.float32)
 
 
-_make = jax.jit(lambda seed: W.make_inputs(CFG, seed))  # one compile for every seed
-_ref = jax.jit(functools.partial(W.reference, CFG))
-
-
-@functools.lru_cache(maxsize=None)
-def inputs(seed):
-    return jax.block_until_ready(_make(seed))
-
-
-@functools.lru_cache(maxsize=None)
-def ref(seed):
-    return f32(_ref(*inputs(seed)))
+C = AtCheckSize(W)
+inputs, ref = C.inputs, C.ref
 
 
 def numpy_moe(x, router, gate, up, down, k):
@@ -65,14 +53,6 @@ def numpy_ref(seed):
     return numpy_moe(*inputs(seed), CFG["num_experts_per_tok"])
 
 
-def load_template(schedule, cfg=CFG):
-    m = types.ModuleType("cand")
-    exec(compile(W.template_source(), "<candidate>", "exec"), m.__dict__)
-    m.CONFIG = dict(cfg)
-    m.SCHEDULE.update(schedule)
-    return m
-
-
 def test_check_size_keeps_tiling():
     knobs = {k.name: k.values for k in W.space().knobs}
     assert CFG["batch"] * CFG["seq_len"] % max(knobs["block_tokens"]) == 0
@@ -99,7 +79,7 @@ def test_degenerate_outputs_fail():
     r = ref(0)
     _, dense = numpy_ref(0)
     for bad in (np.zeros_like(r), np.full_like(r, r.mean()), np.full_like(r, r.std()), f32(dense)):
-        assert not np.allclose(r, bad, atol=W.atol, rtol=W.rtol)
+        assert C.rejects(bad)
 
 
 def test_space_rejects_impossible_schedules():
@@ -122,12 +102,4 @@ SCHEDULES = [
 
 @pytest.mark.parametrize("schedule", SCHEDULES, ids=lambda s: "-".join(f"{k}{v}" for k, v in s.items()) or "default")
 def test_template_interpret(schedule):
-    full = {**W.space().default(), **schedule}
-    assert W.space().check(full) is None
-    assert W.schedule_space(CFG).check(full) is None
-    m = load_template(schedule)
-    with pltpu.force_tpu_interpret_mode():
-        for seed in SEEDS:
-            out = m.workload(*inputs(seed))
-            assert out.shape == ref(seed).shape and out.dtype == jnp.float32
-            assert np.allclose(ref(seed), f32(out), atol=W.atol, rtol=W.rtol), (schedule, seed)
+    assert_template_correct(W, schedule)

@@ -1,0 +1,52 @@
+"""Shared helpers for the per-workload tests: a workload at its check size, judged by the
+product's own correctness check (``jaxbench_env.pipeline``), so the tests and the
+environment cannot disagree about what "correct" means."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import numpy as np
+
+from jaxbench_env import pipeline
+
+
+class AtCheckSize:
+    """Seeded inputs and reference outputs of ``workload`` at its check size, made once."""
+
+    def __init__(self, workload):
+        self.w = workload
+        self.cfg = workload.check_config()
+        self._ref = jax.jit(functools.partial(workload.reference, self.cfg))
+
+    @functools.lru_cache(maxsize=None)
+    def inputs(self, seed: int) -> tuple:
+        return jax.block_until_ready(self.w.make_inputs(self.cfg, seed))
+
+    @functools.lru_cache(maxsize=None)
+    def ref(self, seed: int) -> np.ndarray:
+        return np.asarray(self._ref(*self.inputs(seed)), dtype=np.float32)
+
+    def rejects(self, bad, seed: int = 0) -> bool:
+        """True when the correctness check fails ``bad`` as an output for ``seed``."""
+        try:
+            pipeline.compare_outputs(np.asarray(bad, np.float32), self.ref(seed), self.w.atol, self.w.rtol)
+        except pipeline.StageError:
+            return True
+        return False
+
+
+def assert_template_correct(workload, schedule: dict) -> None:
+    """The template at ``schedule`` (over the defaults) passes the environment's check:
+    interpret mode at check size, 3 seeds, structure, dtype, allclose, no NaN."""
+    space = workload.space()
+    full = {**space.default(), **schedule}
+    assert space.check(full) is None, space.check(full)
+    assert workload.schedule_space(workload.check_config()).check(full) is None
+    module = pipeline.load_module(workload.template_source(), workload.config, full)
+    assert set(module.SCHEDULE) == set(space.names)
+    try:
+        pipeline.check(module, workload, on_tpu=False)
+    except pipeline.StageError as e:
+        raise AssertionError(f"template at {full} failed the check: {e}") from None
