@@ -137,9 +137,7 @@ class JAXBenchEnv(gym.Env):
         try:
             source, schedule = self._decode(action)
         except (EditError, ValueError, TypeError, KeyError) as e:
-            result = EvalResult(self.workload.name, self.evaluator.backend, self.evaluator.timing_source,
-                                compiled=False, correct=False, error=f"invalid action: {e}", stage="action",
-                                baseline_ms=self.evaluator.baseline().time_ms)
+            result = self._failure(f"invalid action: {e}", "action")
         else:
             result = self._evaluate(source, schedule)
         reward = reward_of(result, self.reward_mode, self.penalty, self.current_speedup)
@@ -173,10 +171,14 @@ class JAXBenchEnv(gym.Env):
     def _evaluate(self, source: str, schedule: dict) -> EvalResult:
         reason = self.schedule_space.check(schedule) if source == self._template else None
         if reason is not None:  # certain to fail: save the compile, report why
-            return EvalResult(self.workload.name, self.evaluator.backend, self.evaluator.timing_source,
-                              compiled=False, correct=False, error=f"schedule rejected: {reason}",
-                              stage="schedule", baseline_ms=self.evaluator.baseline().time_ms)
+            return self._failure(f"schedule rejected: {reason}", "schedule")
         return self.evaluator.evaluate(Candidate(source, schedule))
+
+    def _failure(self, error: str, stage: str) -> EvalResult:
+        """The result of an action that never reached the evaluator."""
+        return EvalResult(self.workload.name, self.evaluator.backend, self.evaluator.timing_source,
+                          compiled=False, correct=False, error=error, stage=stage,
+                          baseline_ms=self.evaluator.baseline().time_ms)
 
     # --- observations and text ------------------------------------------------------------
     def _observation(self) -> dict:
