@@ -11,6 +11,7 @@ from __future__ import annotations
 import glob
 import importlib.metadata
 import math
+import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
@@ -90,7 +91,8 @@ class Evaluator:
         self.timing_source = TIMING_SOURCE[self.backend]
         self.cache = ResultCache(cache_dir)
         self.worker = Worker(self.backend, timeout_s=timeout_s, memory_bytes=memory_bytes)
-        self._versions = _versions()
+        # Measured times depend on the chip: key them by its type where the TPU VM names it.
+        self._versions = {**_versions(), "tpu_type": os.environ.get("TPU_ACCELERATOR_TYPE") if self.backend == "tpu" else None}
         self._baseline: EvalResult | None = None
 
     def _key(self, candidate: Candidate | None) -> str:

@@ -132,8 +132,6 @@ def check(module, wl: workloads.Workload, on_tpu: bool) -> float:
 
                 with pltpu.force_tpu_interpret_mode():
                     out = jax.block_until_ready(fn(*inputs))
-        except StageError:
-            raise
         except Exception as e:  # noqa: BLE001
             raise StageError(f"calling workload failed (seed {seed}): {_short(e)}\n{_candidate_frames(e)}") from None
         check_structure(out, ref)
