@@ -8,9 +8,12 @@ from .base import Workload
 from .flash_attention import FlashAttention
 from .gemm import Gemm
 from .mixtral_moe import MixtralMoE
+from .ragged_dot import RaggedDot
 from .rmsnorm import RMSNorm
+from .swiglu_mlp import SwiGLUMLP
 
-WORKLOADS: dict[str, type[Workload]] = {cls.name: cls for cls in (Gemm, FlashAttention, MixtralMoE, RMSNorm)}
+WORKLOADS: dict[str, type[Workload]] = {cls.name: cls for cls in (
+    Gemm, FlashAttention, MixtralMoE, RMSNorm, SwiGLUMLP, RaggedDot)}
 
 
 def get(name: str, config: Mapping[str, Any] | None = None) -> Workload:
