@@ -41,6 +41,29 @@ def tile_bytes(shape, dtype: str = "bfloat16") -> int:
     return math.prod(dims) * DTYPE_BYTES[dtype]
 
 
+def indivisible(blocks: Mapping[str, tuple[str, int]], schedule: Mapping[str, int]) -> str | None:
+    """``blocks`` maps a knob to (dimension name, size): the first knob whose value does not
+    divide its dimension, as a message, or None."""
+    for knob, (dim, n) in blocks.items():
+        if n % schedule[knob]:
+            return f"{knob}={schedule[knob]} does not divide {dim}={n}"
+    return None
+
+
+def over_vmem(nbytes: int, limit: int = DEFAULT_SCOPED_VMEM) -> str | None:
+    """A message when ``nbytes`` of estimated VMEM exceeds ``limit``, else None."""
+    if nbytes > limit:
+        return f"blocks need ~{nbytes / 2**20:.1f} MiB of VMEM, over the {limit / 2**20:.0f} MiB scoped limit"
+    return None
+
+
+def matmul_vmem_bytes(bm: int, bk: int, bn: int, buffers: int, dtype: str) -> int:
+    """A tiled matmul's VMEM: pipelined lhs/rhs blocks, the double-buffered output block
+    and its f32 accumulator."""
+    return (buffers * (tile_bytes((bm, bk), dtype) + tile_bytes((bk, bn), dtype))
+            + 2 * tile_bytes((bm, bn), dtype) + tile_bytes((bm, bn), "float32"))
+
+
 class Workload:
     """Base class. Subclasses set the class attributes and implement the four methods."""
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .base import DEFAULT_SCOPED_VMEM, Knob, ScheduleSpace, Workload, tile_bytes
+from .base import Knob, ScheduleSpace, Workload, over_vmem, tile_bytes
 
 BLOCKS = (128, 256, 512, 1024, 2048)
 
@@ -74,9 +74,7 @@ class FlashAttention(Workload):
             )
             # The (block_q, block_k / kv_splits) f32 score tile is not counted: v6e compiles
             # block_q = block_k = 2048 with kv_splits=1 (16 MiB of f32 scores) at the full size.
-            if vmem > DEFAULT_SCOPED_VMEM:
-                return f"blocks need ~{vmem / 2**20:.1f} MiB of VMEM, over the 32 MiB scoped limit"
-            return None
+            return over_vmem(vmem)
 
         return ScheduleSpace(
             [

@@ -11,7 +11,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .base import DEFAULT_SCOPED_VMEM, Knob, ScheduleSpace, Workload, tile_bytes
+from .base import Knob, ScheduleSpace, Workload, indivisible, matmul_vmem_bytes, over_vmem
 
 BLOCKS_MK = (128, 256, 512, 1024)
 BLOCKS_N = (128, 256, 512, 1024, 2048)
@@ -39,16 +39,11 @@ class Gemm(Workload):
     def schedule_space(self, config):
         dt = str(jnp.dtype(config["dtype"]))
 
+        dims = {"block_m": ("M", config["M"]), "block_k": ("K", config["K"]), "block_n": ("N", config["N"])}
+
         def check(s):
-            for dim, blk in (("M", "block_m"), ("K", "block_k"), ("N", "block_n")):
-                if config[dim] % s[blk]:
-                    return f"{blk}={s[blk]} does not divide {dim}={config[dim]}"
-            vmem = (s["buffers"] * (tile_bytes((s["block_m"], s["block_k"]), dt) + tile_bytes((s["block_k"], s["block_n"]), dt))
-                    + 2 * tile_bytes((s["block_m"], s["block_n"]), dt)
-                    + tile_bytes((s["block_m"], s["block_n"]), "float32"))
-            if vmem > DEFAULT_SCOPED_VMEM:
-                return f"blocks need ~{vmem / 2**20:.1f} MiB of VMEM, over the 32 MiB scoped limit"
-            return None
+            return indivisible(dims, s) or over_vmem(
+                matmul_vmem_bytes(s["block_m"], s["block_k"], s["block_n"], s["buffers"], dt))
 
         return ScheduleSpace(
             [

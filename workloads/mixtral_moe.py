@@ -30,7 +30,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .base import Knob, ScheduleSpace, Workload, tile_bytes
+from .base import Knob, ScheduleSpace, Workload, over_vmem, tile_bytes
 
 BLOCK_TOKENS = (64, 128, 256, 512)
 BLOCK_MLP = (128, 256, 512)
@@ -121,11 +121,7 @@ class MixtralMoE(Workload):
             if f % s["block_mlp"]:
                 return f"block_mlp={s['block_mlp']} does not divide mlp_dim={f}"
             vmem = moe_vmem_bytes(s["block_tokens"], s["block_mlp"], d, s["buffers"], dt)
-            limit = s["vmem_limit_mib"] * 2**20
-            if vmem > limit:
-                return (f"blocks need ~{vmem / 2**20:.1f} MiB of VMEM, over the kernel's "
-                        f"{s['vmem_limit_mib']} MiB vmem_limit_bytes")
-            return None
+            return over_vmem(vmem, s["vmem_limit_mib"] * 2**20)
 
         return ScheduleSpace(
             [

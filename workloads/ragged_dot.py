@@ -20,7 +20,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .base import DEFAULT_SCOPED_VMEM, Knob, ScheduleSpace, Workload, tile_bytes
+from .base import Knob, ScheduleSpace, Workload, indivisible, matmul_vmem_bytes, over_vmem
 
 BLOCKS_MK = (128, 256, 512, 1024)
 BLOCKS_N = (128, 256, 512, 1024, 2048)
@@ -74,18 +74,10 @@ class RaggedDot(Workload):
                 "block_k": ("K", config["K"]), "block_n": ("N", config["N"])}
 
         def check(s):
-            # As gemm's: pipeline buffers of x and weights, the double-buffered output and the
-            # f32 accumulator. Errs on the safe side: at bf16 the largest blocks (1024, 1024,
+            # As gemm's estimate. Errs on the safe side: at bf16 the largest blocks (1024, 1024,
             # 2048, 2 buffers) are estimated at 28 MiB and compile for v6e in 32 MiB.
-            for blk, (dim, n) in dims.items():
-                if n % s[blk]:
-                    return f"{blk}={s[blk]} does not divide {dim}={n}"
-            vmem = (s["buffers"] * (tile_bytes((s["block_m"], s["block_k"]), dt) + tile_bytes((s["block_k"], s["block_n"]), dt))
-                    + 2 * tile_bytes((s["block_m"], s["block_n"]), dt)
-                    + tile_bytes((s["block_m"], s["block_n"]), "float32"))
-            if vmem > DEFAULT_SCOPED_VMEM:
-                return f"blocks need ~{vmem / 2**20:.1f} MiB of VMEM, over the 32 MiB scoped limit"
-            return None
+            return indivisible(dims, s) or over_vmem(
+                matmul_vmem_bytes(s["block_m"], s["block_k"], s["block_n"], s["buffers"], dt))
 
         return ScheduleSpace(
             [

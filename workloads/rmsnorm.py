@@ -17,7 +17,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .base import DEFAULT_SCOPED_VMEM, Knob, ScheduleSpace, Workload, tile_bytes
+from .base import Knob, ScheduleSpace, Workload, over_vmem, tile_bytes
 
 BLOCK_ROWS = (8, 16, 32, 64, 128, 256, 512, 1024)
 
@@ -78,9 +78,7 @@ class RMSNorm(Workload):
             if rows % s["block_rows"]:
                 return f"block_rows={s['block_rows']} does not divide batch*seq_len={rows}"
             vmem = rmsnorm_vmem_bytes(s["block_rows"], emb, s["buffers"], dt)
-            if vmem > DEFAULT_SCOPED_VMEM:
-                return f"blocks need ~{vmem / 2**20:.1f} MiB of VMEM, over the 32 MiB scoped limit"
-            return None
+            return over_vmem(vmem)
 
         return ScheduleSpace(
             [

@@ -22,7 +22,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .base import DEFAULT_SCOPED_VMEM, Knob, ScheduleSpace, Workload, tile_bytes
+from .base import Knob, ScheduleSpace, Workload, indivisible, over_vmem, tile_bytes
 
 BLOCK_TOKENS = (128, 256, 512, 1024)
 BLOCK_MLP = (128, 256, 512, 1024)
@@ -90,13 +90,8 @@ class SwiGLUMLP(Workload):
                 "block_emb": ("emb_dim", config["emb_dim"])}
 
         def check(s):
-            for blk, (dim, n) in dims.items():
-                if n % s[blk]:
-                    return f"{blk}={s[blk]} does not divide {dim}={n}"
-            vmem = swiglu_vmem_bytes(s["block_tokens"], s["block_mlp"], s["block_emb"], s["buffers"], dt)
-            if vmem > DEFAULT_SCOPED_VMEM:
-                return f"blocks need ~{vmem / 2**20:.1f} MiB of VMEM, over the 32 MiB scoped limit"
-            return None
+            return indivisible(dims, s) or over_vmem(
+                swiglu_vmem_bytes(s["block_tokens"], s["block_mlp"], s["block_emb"], s["buffers"], dt))
 
         return ScheduleSpace(
             [
