@@ -37,6 +37,11 @@ class AtCheckSize:
         return False
 
 
+def schedule_id(schedule: dict) -> str:
+    """A readable pytest id for a schedule override ("default" for none)."""
+    return "-".join(f"{k}{v}" for k, v in schedule.items()) or "default"
+
+
 def assert_template_correct(workload, schedule: dict) -> None:
     """The template at ``schedule`` (over the defaults) passes the environment's check:
     interpret mode at check size, 3 seeds, structure, dtype, allclose, no NaN."""

@@ -9,7 +9,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from harness import AtCheckSize, assert_template_correct
+from harness import AtCheckSize, assert_template_correct, schedule_id
 from workloads.mixtral_moe import MixtralMoE
 
 W = MixtralMoE()
@@ -100,6 +100,6 @@ SCHEDULES = [
 ]
 
 
-@pytest.mark.parametrize("schedule", SCHEDULES, ids=lambda s: "-".join(f"{k}{v}" for k, v in s.items()) or "default")
+@pytest.mark.parametrize("schedule", SCHEDULES, ids=schedule_id)
 def test_template_interpret(schedule):
     assert_template_correct(W, schedule)

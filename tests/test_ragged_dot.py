@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from harness import AtCheckSize, assert_template_correct
+from harness import AtCheckSize, assert_template_correct, schedule_id
 from workloads.ragged_dot import RaggedDot
 
 W = RaggedDot()
@@ -78,6 +78,6 @@ SCHEDULES = [{}, {"block_m": 1024, "block_k": 512, "block_n": 2048, "buffers": 1
              {"block_m": 256, "block_k": 1024, "block_n": 512, "buffers": 1}]
 
 
-@pytest.mark.parametrize("schedule", SCHEDULES, ids=lambda s: "-".join(f"{k}{v}" for k, v in s.items()) or "default")
+@pytest.mark.parametrize("schedule", SCHEDULES, ids=schedule_id)
 def test_template_interpret(schedule):
     assert_template_correct(W, schedule)

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from harness import AtCheckSize, assert_template_correct
+from harness import AtCheckSize, assert_template_correct, schedule_id
 from workloads.rmsnorm import RMSNorm
 
 W = RMSNorm()
@@ -70,6 +70,6 @@ def test_space_rejects_impossible_schedules():
 SCHEDULES = [{}, {"block_rows": 8, "buffers": 2}, {"block_rows": 256, "buffers": 1}, {"block_rows": 64, "buffers": 1}]
 
 
-@pytest.mark.parametrize("schedule", SCHEDULES, ids=lambda s: "-".join(f"{k}{v}" for k, v in s.items()) or "default")
+@pytest.mark.parametrize("schedule", SCHEDULES, ids=schedule_id)
 def test_template_interpret(schedule):
     assert_template_correct(W, schedule)

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from harness import AtCheckSize, assert_template_correct
+from harness import AtCheckSize, assert_template_correct, schedule_id
 from workloads.swiglu_mlp import SwiGLUMLP
 
 W = SwiGLUMLP()
@@ -75,6 +75,6 @@ SCHEDULES = [{}, {"block_tokens": 1024, "block_mlp": 1024, "block_emb": 512, "bu
              {"block_tokens": 256, "block_mlp": 512, "block_emb": 1024, "buffers": 1}]
 
 
-@pytest.mark.parametrize("schedule", SCHEDULES, ids=lambda s: "-".join(f"{k}{v}" for k, v in s.items()) or "default")
+@pytest.mark.parametrize("schedule", SCHEDULES, ids=schedule_id)
 def test_template_interpret(schedule):
     assert_template_correct(W, schedule)
