@@ -1,10 +1,11 @@
 """The ``jaxbench`` command line: list workloads, time baselines, evaluate and optimize kernels.
 
     jaxbench list [--json]
-    jaxbench baseline gemm [--config M=1024,K=1024,N=2048] [--backend sim] [--json]
+    jaxbench baseline gemm [--config M=1024,K=1024,N=2048] [--backend sim] [--expert] [--json]
     jaxbench evaluate gemm [--kernel my_kernel.py] [--schedule block_m=256] [--json]
     jaxbench optimize gemm --policy greedy --steps 20 --out runs/gemm [--json]
     jaxbench optimize gemm --policy llm --base-url http://127.0.0.1:8000/v1 --model m --steps 5 --out runs/llm
+    jaxbench optimize gemm --policy expert --steps 1 --out runs/gemm-expert
 
 Times are predictions of the v6e simulator when the timing source is "v6e-sim" (no TPU
 here) and measurements on a TPU otherwise. Bad input exits with status 2 and one line on
@@ -71,6 +72,11 @@ def fmt_schedule(schedule: dict) -> str:
     return ",".join(f"{k}={v}" for k, v in schedule.items())
 
 
+def fmt_correct(result) -> str:
+    """"True"/"False", or what was done instead where correctness was not checked."""
+    return "not checked (compile-checked only on the CPU)" if result.correct is None else str(result.correct)
+
+
 # --- shared checks ---------------------------------------------------------------------
 def _workload(name: str, config: dict):
     import workloads
@@ -110,31 +116,50 @@ def cmd_list(args) -> int:
         space = wl.space()
         rows.append({"name": name, "jaxbench_id": cls.jaxbench_id, "category": cls.category,
                      "description": cls.description, "config": wl.config, "env_id": f"JAXBench/{name}-v0",
-                     "knobs": {k.name: list(k.values) for k in space.knobs}})
+                     "knobs": {k.name: list(k.values) for k in space.knobs},
+                     "expert": bool(cls.expert_file)})
     if args.json:
         print(json.dumps(rows, default=str))
         return 0
     width = max([len(r["name"]) for r in rows] + [4])
-    print(f"{'name':<{width}}  id    {'category':<14} description")
+    print(f"{'name':<{width}}  id    {'category':<18} expert  description")
     for r in rows:
-        print(f"{r['name']:<{width}}  {r['jaxbench_id']:<5} {r['category']:<14} {r['description']}")
+        print(f"{r['name']:<{width}}  {r['jaxbench_id']:<5} {r['category']:<18} {'yes' if r['expert'] else '-':<6}  "
+              f"{r['description']}")
     return 0
 
 
 def cmd_baseline(args) -> int:
     config = parse_pairs(args.config, "--config")
+    if args.expert and not _workload(args.workload, config).expert_file:
+        import workloads
+
+        raise UsageError(f"{args.workload} has no expert kernel; experts exist for: "
+                         f"{', '.join(sorted(workloads.with_expert()))}")
     ev = _evaluator(args, config)
     try:
         base = ev.baseline()
+        expert = ev.expert() if args.expert else None
     finally:
         ev.close()
     obj = {"workload": args.workload, "config": ev.workload.config, "backend": ev.backend,
            "timing_source": base.timing_source, "time_ms": base.time_ms, "cached": base.cached}
+    if expert is not None:
+        obj["expert"] = {k: getattr(expert, k) for k in (
+            "timing_source", "compiled", "correct", "max_abs_err", "time_ms", "speedup", "error", "cached")}
+        obj["expert"]["check"] = expert.details.get("check", "interpret mode at check size, 3 seeds")
     if args.json:
         print(json.dumps(obj, default=str))
-    else:
-        print(f"{args.workload} XLA baseline: {fmt_ms(base.time_ms)} ({timing_word(base.timing_source)}, "
-              f"{base.timing_source}) at {ev.workload.config}")
+        return 0
+    word = timing_word(base.timing_source)
+    print(f"{args.workload} XLA baseline: {fmt_ms(base.time_ms)} ({word}, {base.timing_source}) "
+          f"at {ev.workload.config}")
+    if expert is not None:
+        speedup = "n/a" if expert.speedup is None else f"{expert.speedup:.3f}x"
+        print(f"{args.workload} expert:       {fmt_ms(expert.time_ms)} ({word}, {expert.timing_source}), "
+              f"speedup {speedup}, compiled {expert.compiled}, correct {fmt_correct(expert)}")
+        if expert.error:
+            print(f"  error: {expert.error}")
     return 0
 
 
@@ -170,14 +195,15 @@ def cmd_evaluate(args) -> int:
            "timing_source": result.timing_source, "compiled": result.compiled, "correct": result.correct,
            "max_abs_err": result.max_abs_err, "time_ms": result.time_ms, "baseline_ms": result.baseline_ms,
            "speedup": result.speedup, "error": result.error, "stage": result.stage, "schedule": schedule,
-           "kernel": args.kernel, "cached": result.cached}
+           "kernel": args.kernel, "cached": result.cached, "stage_s": result.details.get("stage_s"),
+           "check": result.details.get("check")}
     if args.json:
         print(json.dumps(obj, default=str))
         return 0
     word = timing_word(result.timing_source)
     print(f"{args.workload} {'kernel ' + args.kernel if args.kernel else 'template'} "
           f"schedule {fmt_schedule(schedule) or '(module default)'}")
-    print(f"  compiled: {result.compiled}  correct: {result.correct}  max abs err: {result.max_abs_err}")
+    print(f"  compiled: {result.compiled}  correct: {fmt_correct(result)}  max abs err: {result.max_abs_err}")
     print(f"  time: {fmt_ms(result.time_ms)} ({word}, {result.timing_source})  "
           f"XLA baseline: {fmt_ms(result.baseline_ms)} ({word})")
     print(f"  speedup: {'n/a' if result.speedup is None else f'{result.speedup:.3f}x'}")
@@ -197,6 +223,8 @@ def cmd_optimize(args) -> int:
     _backend(args.backend)
     if args.steps < 1:
         raise UsageError("--steps must be at least 1")
+    if args.policy == "expert" and not _workload(args.workload, config).expert_file:
+        raise UsageError(f"{args.workload} has no expert kernel for --policy expert")
     kwargs: dict = {}
     if args.policy == "llm":
         if not args.base_url:
@@ -272,13 +300,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("list", parents=[common], help="list the workloads")
     b = sub.add_parser("baseline", parents=[common], help="time a workload's XLA baseline")
     b.add_argument("workload")
+    b.add_argument("--expert", action="store_true",
+                   help="also evaluate the expert kernel shipped in jax (where the workload has one)")
     e = sub.add_parser("evaluate", parents=[common], help="evaluate the template or a kernel file")
     e.add_argument("workload")
     e.add_argument("--kernel", help="Python file defining workload(*inputs) (default: the template)")
     e.add_argument("--schedule", help="schedule knobs, KEY=VALUE,... (e.g. block_m=256,order=nm)")
     o = sub.add_parser("optimize", parents=[common], help="run a search policy for N steps")
     o.add_argument("workload")
-    o.add_argument("--policy", required=True, choices=("random", "greedy", "beam", "llm"))
+    o.add_argument("--policy", required=True, choices=("random", "greedy", "beam", "llm", "expert"))
     o.add_argument("--steps", type=int, required=True)
     o.add_argument("--out", required=True, help="directory for best_kernel.py and log.json")
     o.add_argument("--seed", type=int, default=None)

@@ -2,13 +2,15 @@
 
 ``make_policy(name, **kwargs)`` builds one by name (the CLI uses it):
 "random", "greedy", "beam" (step-by-step beam search; see also ``beam_search`` for
-the fork-based function) and "llm" (any OpenAI-compatible chat endpoint).
+the fork-based function), "llm" (any OpenAI-compatible chat endpoint) and "expert" (the
+workload's hand-tuned kernel shipped in jax, where JAXBench names one).
 """
 
 from __future__ import annotations
 
 from policies.base import Policy, run_policy
 from policies.beam import BeamPolicy, beam_search
+from policies.expert import ExpertPolicy
 from policies.greedy import GreedyPolicy
 from policies.random_search import RandomPolicy
 
@@ -24,10 +26,12 @@ POLICIES = {
     "greedy": GreedyPolicy,
     "beam": BeamPolicy,
     "llm": _llm,
+    "expert": ExpertPolicy,
 }
 
 # The action mode each policy acts in.
-POLICY_ACTION_MODE = {"random": "schedule", "greedy": "schedule", "beam": "schedule", "llm": "source"}
+POLICY_ACTION_MODE = {"random": "schedule", "greedy": "schedule", "beam": "schedule", "llm": "source",
+                      "expert": "source"}
 
 
 def make_policy(name: str, **kwargs) -> Policy:
@@ -39,4 +43,4 @@ def make_policy(name: str, **kwargs) -> Policy:
 
 
 __all__ = ["POLICIES", "POLICY_ACTION_MODE", "make_policy", "run_policy", "Policy", "RandomPolicy",
-           "GreedyPolicy", "BeamPolicy", "beam_search"]
+           "GreedyPolicy", "BeamPolicy", "ExpertPolicy", "beam_search"]

@@ -83,7 +83,7 @@ def run_policy(policy, env, steps: int, seed: int | None = None, reset: bool = T
         action = policy.act(env)
         _, reward, terminated, truncated, info = env.step(action)
         rec = {"step": n, "action": jsonable(action), "schedule": jsonable(info["schedule"]),
-               "reward": float(reward), "speedup": info["speedup"], "correct": bool(info["correct"]),
+               "reward": float(reward), "speedup": info["speedup"], "correct": info["correct"],
                "compiled": bool(info["compiled"]), "time_ms": info["time_ms"],
                "baseline_ms": info["baseline_ms"], "error": info["error"],
                "timing_source": info["timing_source"]}

@@ -7,6 +7,8 @@ compile and the check instead of repeating them.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -50,3 +52,15 @@ def make_env(evaluators):
         return gym.make(f"JAXBench/{name}-v0", evaluator=ev, **kwargs).unwrapped
 
     return make
+
+
+@pytest.fixture(scope="session")
+def cli(cache_dir):
+    """cli(*args) runs ``python -m jaxbench_env ARGS`` on the shared cache; a CompletedProcess."""
+    env = {**os.environ, "JAXBENCH_CACHE_DIR": str(cache_dir)}
+
+    def run(*args, timeout=600):
+        return subprocess.run([sys.executable, "-m", "jaxbench_env", *args], capture_output=True, text=True,
+                              env=env, timeout=timeout)
+
+    return run

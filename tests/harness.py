@@ -55,3 +55,12 @@ def assert_template_correct(workload, schedule: dict) -> None:
         pipeline.check(module, workload, on_tpu=False)
     except pipeline.StageError as e:
         raise AssertionError(f"template at {full} failed the check: {e}") from None
+
+
+def assert_expert_correct(workload) -> None:
+    """The workload's expert file passes the environment's interpret-mode check at check size."""
+    module = pipeline.load_module(workload.expert_source(), workload.config, {})
+    try:
+        pipeline.check(module, workload, on_tpu=False)
+    except pipeline.StageError as e:
+        raise AssertionError(f"expert of {workload.name} failed the check: {e}") from None

@@ -3,24 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
 SMALL = "M=1024,K=1024,N=2048"
-
-
-@pytest.fixture(scope="session")
-def cli(cache_dir):  # conftest's shared result cache
-    env = {**os.environ, "JAXBENCH_CACHE_DIR": str(cache_dir)}
-
-    def run(*args, timeout=600):
-        return subprocess.run([sys.executable, "-m", "jaxbench_env", *args], capture_output=True, text=True,
-                              env=env, timeout=timeout)
-
-    return run
 
 
 def test_list_json(cli):

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from harness import AtCheckSize, assert_template_correct
+from harness import AtCheckSize, assert_expert_correct, assert_template_correct
 from workloads import WORKLOADS
 from workloads.flash_attention import FlashAttention
 
@@ -90,3 +90,8 @@ SCHEDULES = [
 @pytest.mark.parametrize("schedule", SCHEDULES, ids=lambda s: "-".join(f"{v}" for v in s.values()) or "default")
 def test_template_interpret(schedule):
     assert_template_correct(W, schedule)
+
+
+def test_expert_correct():
+    # jax's shipped flash attention with the tuned 2048/2048/1024 blocks, at check size.
+    assert_expert_correct(W)

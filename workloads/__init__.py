@@ -23,3 +23,8 @@ def get(name: str, config: Mapping[str, Any] | None = None) -> Workload:
     except KeyError:
         raise KeyError(f"unknown workload {name!r}; known: {', '.join(sorted(WORKLOADS))}") from None
     return cls(config)
+
+
+def with_expert() -> list[str]:
+    """Names of the workloads that ship an expert kernel."""
+    return [name for name, cls in WORKLOADS.items() if cls.expert_file]

@@ -76,6 +76,12 @@ class Workload:
     atol: float = 1e-2
     rtol: float = 1e-2
     template_file: str = ""  # file name under workloads/templates/
+    # The hand-tuned upper bound: a candidate module under workloads/experts/ that calls a
+    # Pallas TPU kernel shipped inside jax with JAXBench's tuned parameters ("" if none).
+    expert_file: str = ""
+    # False where jax's TPU interpreter cannot run the shipped kernel on a CPU: the exact
+    # expert file is then compile-checked only off-TPU (and checked natively on a TPU).
+    expert_checks_on_cpu: bool = True
 
     def __init__(self, config: Mapping[str, Any] | None = None):
         config = dict(config or {})
@@ -111,6 +117,11 @@ class Workload:
 
     def template_source(self) -> str:
         return (Path(__file__).parent / "templates" / self.template_file).read_text()
+
+    def expert_source(self) -> str | None:
+        if not self.expert_file:
+            return None
+        return (Path(__file__).parent / "experts" / self.expert_file).read_text()
 
     def space(self) -> ScheduleSpace:
         return self.schedule_space(self.config)

@@ -33,6 +33,7 @@ class FlashAttention(Workload):
     atol = 5e-2
     rtol = 1e-2
     template_file = "flash_attention.py"
+    expert_file = "flash_attention.py"
 
     def shape(self, config):
         return (config["batch"], config["num_heads"], config["seq_len"], config["head_dim"])

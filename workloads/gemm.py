@@ -25,6 +25,7 @@ class Gemm(Workload):
     defaults = {"M": 8192, "K": 8192, "N": 28672, "dtype": "bfloat16"}
     check_overrides = {"M": 1024, "K": 1024, "N": 2048}
     template_file = "gemm.py"
+    expert_file = "gemm.py"
 
     def make_inputs(self, config, seed):
         dt = self.dtype(config)
