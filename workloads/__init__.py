@@ -7,13 +7,16 @@ from typing import Any, Mapping
 from .base import Workload
 from .flash_attention import FlashAttention
 from .gemm import Gemm
+from .mamba2_ssd import Mamba2SSD
 from .mixtral_moe import MixtralMoE
+from .mla_attention import MLAAttention
 from .ragged_dot import RaggedDot
+from .retnet_retention import RetNetRetention
 from .rmsnorm import RMSNorm
 from .swiglu_mlp import SwiGLUMLP
 
 WORKLOADS: dict[str, type[Workload]] = {cls.name: cls for cls in (
-    Gemm, FlashAttention, MixtralMoE, RMSNorm, SwiGLUMLP, RaggedDot)}
+    Gemm, FlashAttention, MixtralMoE, RMSNorm, SwiGLUMLP, RaggedDot, MLAAttention, RetNetRetention, Mamba2SSD)}
 
 
 def get(name: str, config: Mapping[str, Any] | None = None) -> Workload:

@@ -1,0 +1,115 @@
+"""16p mamba2_ssd: Mamba-2-2.7B state space duality, quadratic (attention-like) form.
+
+Inputs (spec 16p): ``split(key(42), 5)[0..3]`` -> q (C), k (B), v (x), each (B=4, H=64,
+S=4096, D=64) bf16 N(0,1), and A_log (4, 64, 4096) f32 = N·0.5 - 4.0 (key 4 is unused).
+Math per (b, h): a = σ(A_log); c = cumsum over S of log(a + 1e-8) (f32);
+L_ij = exp(c_i - c_j) for i >= j, else exp(-1e30) = 0; P = (q·kᵀ in f32) ⊙ L; row sum
+r_i = Σ_j P_ij, r_i -> 1 where |r_i| < 1e-6, P_i /= max(|r_i|, 1); cast to bf16 and
+multiplied by v. Output (4, 64, 4096, 64) bf16, tolerance 5e-2/1e-2 (MaxKernel's yaml).
+
+The check runs at batch=1, heads=2, seq_len=2048, head_dim=64. Every head has its own
+random A_log, so heads only repeat independent problems (two still exercise the head
+index maps). seq_len stays a multiple of the largest block in the space, so every
+schedule is checked with its own tiling, diagonal and skipped blocks included. head_dim
+is 64 at full size too: the blocks take the whole (64-lane) dimension.
+
+The decay is strong (a ≈ 0.018, so L falls ~50x per position): P is nearly diagonal
+and the output is close to ±v. The check still rejects zeros, constants, v itself, a
+kernel that keeps only the diagonal and one that keeps only the diagonal 512-block (see
+tests/test_mamba2_ssd.py), so the inputs are JAXBench's, unchanged. Keys more than one or
+two positions back change the output by less than the tolerance: the check cannot tell
+whether a kernel includes them (in f32 their decay underflows to 0 within ~30 positions).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from .base import Knob, ScheduleSpace, Workload, indivisible, over_vmem, tile_bytes
+
+BLOCKS = (128, 256, 512, 1024, 2048)
+
+
+class Mamba2SSD(Workload):
+    name = "mamba2_ssd"
+    jaxbench_id = "16p"
+    category = "scan / SSD"
+    description = "Mamba-2 SSD, quadratic form: q,k,v (4,64,4096,64) bf16, A_log (4,64,4096) f32"
+    defaults = {"batch": 4, "seq_len": 4096, "num_heads": 64, "head_dim": 64, "d_state": 128,
+                "d_model": 2560, "dtype": "bfloat16"}
+    check_overrides = {"batch": 1, "num_heads": 2, "seq_len": 2048}
+    atol = 5e-2
+    rtol = 1e-2
+    template_file = "mamba2_ssd.py"
+
+    def shape(self, config):
+        return (config["batch"], config["num_heads"], config["seq_len"], config["head_dim"])
+
+    def make_inputs(self, config, seed):
+        dt = self.dtype(config)
+        keys = jax.random.split(jax.random.key(42 + seed), 5)
+        shape = self.shape(config)
+        query = jax.random.normal(keys[0], shape, dt)
+        key = jax.random.normal(keys[1], shape, dt)
+        value = jax.random.normal(keys[2], shape, dt)
+        A_log = jax.random.normal(keys[3], shape[:3], jnp.float32) * 0.5 - 4.0
+        return query, key, value, A_log
+
+    def reference(self, config, query, key, value, A_log):
+        # JAXBench's baseline: decay, scores and normaliser in f32, the normalised scores
+        # cast back to the input dtype before the product with v.
+        seq = query.shape[2]
+        a = jax.nn.sigmoid(A_log.astype(jnp.float32))
+        log_a_cumsum = jnp.cumsum(jnp.log(a + 1e-8), axis=-1)
+        diff = log_a_cumsum[:, :, :, None] - log_a_cumsum[:, :, None, :]
+        causal = jnp.tril(jnp.ones((seq, seq), dtype=jnp.bool_))
+        L = jnp.exp(jnp.where(causal[None, None, :, :], diff, -1e30))
+        scores = jnp.einsum("bhsd,bhtd->bhst", query.astype(jnp.float32), key.astype(jnp.float32))
+        scores = scores * L
+        scores_sum = jnp.sum(scores, axis=-1, keepdims=True)
+        scores_sum = jnp.where(jnp.abs(scores_sum) < 1e-6, 1.0, scores_sum)
+        scores = scores / jnp.maximum(jnp.abs(scores_sum), 1.0)
+        return jnp.einsum("bhst,bhtd->bhsd", scores.astype(query.dtype), value)
+
+    def schedule_space(self, config):
+        dt = str(jnp.dtype(config["dtype"]))
+        seq, d = config["seq_len"], config["head_dim"]
+        dims = {"block_q": ("seq_len", seq), "block_k": ("seq_len", seq)}
+
+        def check(s):
+            bq, bk, nbuf = s["block_q"], s["block_k"], s["buffers"]
+            vmem = (
+                2 * tile_bytes((bq, d), dt)  # q, double-buffered
+                + 2 * nbuf * tile_bytes((bk, d), dt)  # k and v
+                + 2 * tile_bytes((bq, d), dt)  # out, double-buffered
+                + 2 * tile_bytes((bq, 1), "float32") + nbuf * tile_bytes((1, bk), "float32")  # c column, c row
+                + tile_bytes((bq, d), "float32") + tile_bytes((bq, 128), "float32")  # acc, normaliser
+                + tile_bytes((bq, bk), "float32")  # the score tile
+            )
+            # Only one f32 (block_q, block_k) tile is counted: v6e compiles the decay and the
+            # decayed scores in place (block_q = block_k = 2048 compiles for mamba2_ssd).
+            return indivisible(dims, s) or over_vmem(vmem)
+
+        return ScheduleSpace(
+            [
+                Knob("block_q", BLOCKS, 512, "query rows per grid step (q, out, accumulator tiles)"),
+                Knob("block_k", BLOCKS, 512, "key/value rows per grid step (and the score tile's width)"),
+                # Mosaic's pallas_call pipeline takes pl.Buffered(1) or (2) only.
+                Knob("buffers", (1, 2), 2, "pipeline buffers for the k, v and key-decay blocks (1: no prefetch)"),
+                Knob("kv_index_map", ("plain", "clamp"), "plain",
+                     "what k/v fetch on steps above the diagonal: their own block, or the diagonal one again"),
+            ],
+            check,
+        )
+
+    def validate_config(self, config):
+        for key in ("batch", "num_heads", "seq_len", "head_dim", "d_state", "d_model"):
+            if not isinstance(config[key], int) or config[key] < 1:
+                raise ValueError(f"{self.name}: {key} must be a positive int, got {config[key]!r}")
+        if config["seq_len"] % 128:
+            raise ValueError(f"{self.name}: seq_len={config['seq_len']} must be a multiple of 128 (the smallest block)")
+        if config["head_dim"] % 64:
+            raise ValueError(f"{self.name}: head_dim={config['head_dim']} must be a multiple of 64")
+        if str(config.get("dtype", "bfloat16")) not in ("bfloat16", "float32", "float16"):
+            raise ValueError(f"{self.name}: dtype {config['dtype']!r} is not a float dtype")

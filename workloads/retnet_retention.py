@@ -1,0 +1,104 @@
+"""15p retnet_retention: RetNet-6.7B multi-scale retention, parallel form.
+
+Inputs (spec 15p): ``split(key(42), 3)`` -> q, k, v, each (B=4, H=16, S=4096, D=256) bf16,
+N(0,1). Math per (b, h): γ_h = 1 - 2^(-5-h); decay D_ij = exp(log γ_h · max(i-j, 0)) ·
+[i >= j]; A = (q·kᵀ in f32, no 1/√d scale) ⊙ D; each row divided by max(Σ_j |A_ij|, 1);
+cast to bf16 and multiplied by v. Output (4, 16, 4096, 256) bf16, tolerance 1e-2/1e-2.
+
+The check runs at batch=1, seq_len=1024 with all 16 heads and head_dim 256. The heads
+are not shrunk: head h has its own decay, and only the slow ones (γ_h -> 1 for large h)
+reach keys more than a few hundred positions back, so a kernel that drops far kv blocks
+or uses the wrong head's γ is caught only with them. seq_len stays a multiple of the
+largest block in the space, so every schedule is checked with its own tiling, diagonal
+and skipped blocks included. head_dim is the lane dimension and is kept.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from .base import Knob, ScheduleSpace, Workload, indivisible, over_vmem, tile_bytes
+
+BLOCKS = (128, 256, 512, 1024)
+
+
+class RetNetRetention(Workload):
+    name = "retnet_retention"
+    jaxbench_id = "15p"
+    category = "linear attention"
+    description = "multi-scale retention (parallel form), q,k,v (4,16,4096,256) bf16, per-head decay"
+    defaults = {"batch": 4, "seq_len": 4096, "num_heads": 16, "head_dim": 256, "d_model": 4096,
+                "dtype": "bfloat16"}
+    check_overrides = {"batch": 1, "seq_len": 1024}
+    atol = 1e-2
+    rtol = 1e-2
+    template_file = "retnet_retention.py"
+
+    def shape(self, config):
+        return (config["batch"], config["num_heads"], config["seq_len"], config["head_dim"])
+
+    def make_inputs(self, config, seed):
+        dt = self.dtype(config)
+        kq, kk, kv = jax.random.split(jax.random.key(42 + seed), 3)
+        shape = self.shape(config)
+        return (jax.random.normal(kq, shape, dt), jax.random.normal(kk, shape, dt),
+                jax.random.normal(kv, shape, dt))
+
+    def reference(self, config, query, key, value):
+        # JAXBench's baseline: decay and scores in f32, the normalised scores cast back to
+        # the input dtype before the product with v.
+        heads, seq = query.shape[1], query.shape[2]
+        gammas = 1.0 - jnp.exp2(-5.0 - jnp.arange(heads, dtype=jnp.float32))
+        positions = jnp.arange(seq, dtype=jnp.float32)
+        distance = positions[:, None] - positions[None, :]
+        causal_mask = (distance >= 0).astype(jnp.float32)
+        log_gamma = jnp.log(gammas)
+        decay = jnp.exp(log_gamma[:, None, None] * jnp.maximum(distance, 0.0)[None, :, :])
+        decay = decay * causal_mask[None, :, :]
+        qk = jnp.einsum("bhsd,bhtd->bhst", query.astype(jnp.float32), key.astype(jnp.float32))
+        qk = qk * decay[None, :, :, :]
+        retention_sum = jnp.maximum(jnp.sum(jnp.abs(qk), axis=-1, keepdims=True), 1.0)
+        qk = qk / retention_sum
+        return jnp.einsum("bhst,bhtd->bhsd", qk.astype(query.dtype), value)
+
+    def schedule_space(self, config):
+        dt = str(jnp.dtype(config["dtype"]))
+        seq, d = config["seq_len"], config["head_dim"]
+        dims = {"block_q": ("seq_len", seq), "block_k": ("seq_len", seq)}
+
+        def check(s):
+            bq, bk = s["block_q"], s["block_k"]
+            vmem = (
+                2 * tile_bytes((bq, d), dt)  # q, double-buffered
+                + 2 * s["buffers"] * tile_bytes((bk, d), dt)  # k and v
+                + 2 * tile_bytes((bq, d), dt)  # out, double-buffered
+                + tile_bytes((bq, d), "float32") + tile_bytes((bq, 128), "float32")  # acc, normaliser
+                + tile_bytes((bq, bk), "float32")  # the score tile
+            )
+            # Only one f32 (block_q, block_k) tile is counted: v6e compiles the decay and the
+            # decayed scores in place (the same kernel shape compiles 2048 x 2048 at head_dim 64).
+            return indivisible(dims, s) or over_vmem(vmem)
+
+        return ScheduleSpace(
+            [
+                Knob("block_q", BLOCKS, 512, "query rows per grid step (q, out, accumulator tiles)"),
+                Knob("block_k", BLOCKS, 512, "key/value rows per grid step (and the score tile's width)"),
+                # Mosaic's pallas_call pipeline takes pl.Buffered(1) or (2) only.
+                Knob("buffers", (1, 2), 2, "pipeline buffers for the k and v blocks (1: no prefetch)"),
+                Knob("kv_index_map", ("plain", "clamp"), "plain",
+                     "what k/v fetch on steps above the diagonal: their own block, or the diagonal one again"),
+            ],
+            check,
+        )
+
+    def validate_config(self, config):
+        for key in ("batch", "num_heads", "seq_len", "head_dim", "d_model"):
+            if not isinstance(config[key], int) or config[key] < 1:
+                raise ValueError(f"{self.name}: {key} must be a positive int, got {config[key]!r}")
+        if config["seq_len"] % 128:
+            raise ValueError(f"{self.name}: seq_len={config['seq_len']} must be a multiple of 128 (the smallest block)")
+        if config["head_dim"] % 128:
+            raise ValueError(f"{self.name}: head_dim={config['head_dim']} must be a multiple of 128 (the lane width)")
+        if str(config.get("dtype", "bfloat16")) not in ("bfloat16", "float32", "float16"):
+            raise ValueError(f"{self.name}: dtype {config['dtype']!r} is not a float dtype")
