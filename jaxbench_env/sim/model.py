@@ -148,9 +148,22 @@ def _block_indices(bm, grid_points: np.ndarray, n_index_operands: int) -> np.nda
     return np.stack([np.broadcast_to(np.asarray(o), (grid_points.shape[0],)) for o in outs], axis=1)
 
 
+def static_grid(eqn) -> tuple[tuple[int, ...], int | None]:
+    """The kernel's grid, with each data-dependent axis replaced by an upper bound: the
+    longest 1-D scalar-prefetch table (a schedule table has an entry per grid step, as in
+    megablox's). Returns (grid, the bound used or None)."""
+    gm = eqn.params["grid_mapping"]
+    if not gm.num_dynamic_grid_bounds:
+        return tuple(int(g) for g in gm.grid), None
+    first = gm.num_dynamic_grid_bounds
+    tables = eqn.invars[first:first + gm.num_index_operands]
+    bound = max((v.aval.shape[0] for v in tables if len(v.aval.shape) == 1), default=1)
+    return tuple(g if isinstance(g, int) else bound for g in gm.grid), bound
+
+
 def predict_kernel(eqn, chip: Chip = V6E) -> KernelEstimate:
     gm = eqn.params["grid_mapping"]
-    grid = tuple(int(g) for g in gm.grid)
+    grid, _ = static_grid(eqn)
     steps = math.prod(grid) if grid else 1
     grid_points = np.indices(grid).reshape(len(grid), -1).T if grid else np.zeros((1, 0), np.int32)
     flops, compute = _body_costs(eqn.params["jaxpr"], chip)
@@ -209,4 +222,8 @@ def predict_program(jaxpr, compiled, chip: Chip = V6E) -> SimBreakdown:
     notes = []
     if any(e.params["grid_mapping"].num_index_operands for e in pallas_call_eqns(jaxpr)):
         notes.append("scalar-prefetch index maps priced as a fresh block every step")
+    bounds = sorted({b for b in (static_grid(e)[1] for e in pallas_call_eqns(jaxpr)) if b is not None})
+    if bounds:
+        notes.append(f"data-dependent grid axes priced at an upper bound ({', '.join(map(str, bounds))} steps): "
+                     "an over-estimate")
     return SimBreakdown(time_s=sum(k.time_s for k in kernels) + glue_s, kernels=kernels, glue_s=glue_s, notes=notes)
