@@ -5,18 +5,24 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from .base import Workload
+from .cross_entropy import CrossEntropy
 from .flash_attention import FlashAttention
+from .flex_attention import FlexAttention
 from .gemm import Gemm
+from .gqa_attention import GQAAttention
 from .mamba2_ssd import Mamba2SSD
+from .megablox_gmm import MegabloxGMM
 from .mixtral_moe import MixtralMoE
 from .mla_attention import MLAAttention
 from .ragged_dot import RaggedDot
 from .retnet_retention import RetNetRetention
 from .rmsnorm import RMSNorm
+from .sparse_attention import SparseAttention
 from .swiglu_mlp import SwiGLUMLP
+from .triangle_multiplication import TriangleMultiplication
 
 WORKLOADS: dict[str, type[Workload]] = {cls.name: cls for cls in (
-    Gemm, FlashAttention, MixtralMoE, RMSNorm, SwiGLUMLP, RaggedDot, MLAAttention, RetNetRetention, Mamba2SSD)}
+    Gemm, FlashAttention, MixtralMoE, RMSNorm, SwiGLUMLP, RaggedDot, MLAAttention, RetNetRetention, Mamba2SSD, MegabloxGMM, CrossEntropy, TriangleMultiplication, GQAAttention, SparseAttention, FlexAttention)}
 
 
 def get(name: str, config: Mapping[str, Any] | None = None) -> Workload:

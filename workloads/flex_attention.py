@@ -1,0 +1,123 @@
+"""5p flex_attention: causal attention with an additive per-head score bias, Llama-3.1-70B shape.
+
+Inputs (spec 5p): ``split(key(42), 4)`` -> q, k, v (B=4, H=64, S=4096, D=128) and
+rel_pos_bias (64, 4096, 4096), bf16, BHSD, the bias per head and shared across the batch.
+Math: s = q·kᵀ·128^-0.5 + rel_pos_bias[h]; where key j > query i, s = -1e30; softmax over
+keys; out = p·v: (4, 64, 4096, 128) bf16. Tolerance 1e-2 / 1e-2. There is no expert.
+
+Input fix: JAXBench draws q ~ N(0,1) but k, v ~ N(0,1)·0.02 and the bias ~ N(0,1)·0.01.
+Then the scores are ~N(0, 0.02²) plus a bias of 0.01: the softmax is nearly uniform over the
+causal prefix and outputs are averages of ~0.02-sized values. Measured at the check size,
+only 0.16% of outputs exceed atol, and a kernel that ignores rel_pos_bias entirely (or reads
+another head's, or its transpose) passes the check. Here k ~ N(0,1)·0.5, v ~ N(0,1) and the
+bias ~ N(0,1)·0.5, so q·kᵀ·D^-0.5 and the bias each carry half of the scores' unit
+variance: ~80% of outputs exceed atol and a kernel without the bias fails on ~60% of them,
+while the bf16 reference stays within 0.4 of the tolerance of the exact answer (with k and
+the bias at N(0,1) the reference's own bf16 rounding exceeds the 1e-2 tolerance near the
+first rows, so a correct kernel would fail). Math, shapes, dtypes and keys are JAXBench's.
+
+The check runs at batch=4, heads=2, seq_len=2048, head_dim=128. The batch stays a multiple
+of the largest ``batch_per_step`` (4), so every schedule is checked with its own batch
+blocking (the bias tile shared across batch elements); two heads keep a kernel that reads
+the wrong head's bias failing. seq_len stays a multiple of the largest block (2048), so a
+kernel tuned for the full size is checked with its own tiling, diagonal and skipped blocks
+included. head_dim, the lane dimension, is not shrunk.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from .base import (
+    Knob,
+    ScheduleSpace,
+    Workload,
+    indivisible,
+    over_vmem,
+    pow2_divisors,
+    tile_bytes,
+)
+
+BLOCKS = (128, 256, 512, 1024, 2048)
+
+
+class FlexAttention(Workload):
+    name = "flex_attention"
+    jaxbench_id = "5p"
+    category = "attention"
+    description = "causal attention plus a per-head additive bias (64,4096,4096), q,k,v (4,64,4096,128) bf16"
+    defaults = {"batch": 4, "seq_len": 4096, "num_heads": 64, "head_dim": 128, "dtype": "bfloat16"}
+    check_overrides = {"batch": 4, "num_heads": 2, "seq_len": 2048}
+    atol = 1e-2
+    rtol = 1e-2
+    template_file = "flex_attention.py"
+
+    def validate_config(self, config):
+        for key in ("batch", "seq_len", "num_heads", "head_dim"):
+            if not isinstance(config[key], int) or config[key] < 1:
+                raise ValueError(f"{self.name}: {key} must be a positive int, got {config[key]!r}")
+        if config["seq_len"] % 128:
+            raise ValueError(f"{self.name}: seq_len={config['seq_len']} must be a multiple of 128 (the smallest block)")
+        if config["head_dim"] % 128:
+            raise ValueError(f"{self.name}: head_dim={config['head_dim']} must be a multiple of 128 (the lane width)")
+        if str(config.get("dtype", "bfloat16")) not in ("bfloat16", "float32", "float16"):
+            raise ValueError(f"{self.name}: dtype {config['dtype']!r} is not a float dtype")
+
+    def make_inputs(self, config, seed):
+        dt = self.dtype(config)
+        kq, kk, kv, kb = jax.random.split(jax.random.key(42 + seed), 4)
+        shape = (config["batch"], config["num_heads"], config["seq_len"], config["head_dim"])
+        q = jax.random.normal(kq, shape, dt)
+        k = jax.random.normal(kk, shape, dt) * 0.5  # JAXBench: ·0.02 (see above)
+        v = jax.random.normal(kv, shape, dt)  # JAXBench: ·0.02
+        bias_shape = (config["num_heads"], config["seq_len"], config["seq_len"])
+        rel_pos_bias = jax.random.normal(kb, bias_shape, dt) * 0.5  # JAXBench: ·0.01
+        return q, k, v, rel_pos_bias
+
+    def reference(self, config, q, k, v, rel_pos_bias):
+        # JAXBench's plain-JAX baseline: scaled scores plus the head's bias, mask -1e30, input dtype.
+        seq, head_dim = q.shape[2], q.shape[3]
+        attn = jnp.einsum("bhqd,bhkd->bhqk", q, k) * head_dim**-0.5 + rel_pos_bias[None]
+        mask = jnp.tril(jnp.ones((seq, seq), dtype=bool))
+        attn = jnp.where(mask, attn, -1e30)
+        attn = jax.nn.softmax(attn, axis=-1)
+        return jnp.einsum("bhqk,bhkd->bhqd", attn, v)
+
+    def schedule_space(self, config):
+        dt = str(jnp.dtype(config["dtype"]))
+        seq, d, batch = config["seq_len"], config["head_dim"], config["batch"]
+        per_step = pow2_divisors(batch, 1, 4)
+
+        def check(s):
+            bq, bk, nb = s["block_q"], s["block_k"], s["batch_per_step"]
+            msg = indivisible({"block_q": ("seq_len", seq), "block_k": ("seq_len", seq),
+                               "batch_per_step": ("batch", batch)}, s)
+            if msg:
+                return msg
+            vmem = (
+                2 * nb * tile_bytes((bq, d), dt)  # q, double-buffered
+                + 2 * s["buffers"] * nb * tile_bytes((bk, d), dt)  # k and v
+                + s["buffers"] * tile_bytes((bq, bk), dt)  # the bias tile
+                + 2 * nb * tile_bytes((bq, d), dt)  # o, double-buffered
+                + 2 * nb * tile_bytes((bq, 128), "float32")  # m, l scratch per batch element
+                + nb * tile_bytes((bq, d), "float32")  # acc scratch per batch element
+            )
+            # f32 score-sized temporaries, fitted to v6e compiles at the full size: the bias tile
+            # in f32 plus one (block_q, block_k) score tile per batch element of the step.
+            vmem += (1 + nb) * tile_bytes((bq, bk), "float32")
+            return over_vmem(vmem)
+
+        return ScheduleSpace(
+            [
+                Knob("block_q", BLOCKS, 512, "query rows per grid step (q, o, m, l, acc and bias tiles)"),
+                Knob("block_k", BLOCKS, 512, "key/value rows (and bias columns) fetched per grid step"),
+                Knob("batch_per_step", per_step, 1,
+                     "batch elements per grid step: each rel_pos_bias tile is fetched once for all of them"),
+                # Mosaic's pallas_call pipeline takes pl.Buffered(1) or (2) only; 3 fails to lower.
+                Knob("buffers", (1, 2), 2, "pipeline buffers for the k, v and bias blocks (1: no prefetch)"),
+                Knob("kv_index_map", ("plain", "clamp", "next_row"), "plain",
+                     "what k/v/bias fetch on causally skipped steps: their own block, the last needed one, or block 0"),
+            ],
+            check,
+        )

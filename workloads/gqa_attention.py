@@ -1,0 +1,137 @@
+"""2p gqa_attention: grouped-query causal attention, Llama-3.1-405B shape (MaxText), BSHD.
+
+Inputs (spec 2p): ``split(key(42), 3)`` -> query (B=4, S=4096, Hq=128, D=128) and key,
+value (4, 4096, Hkv=8, 128), bf16, BSHD layout, N(0,1). Math: query head h uses KV head
+h // (Hq/Hkv) (each KV head repeated 16 times consecutively); per (b, h) in BHSD,
+s = q·kᵀ·128^-0.5; where key j > query i, s = -1e9; softmax over keys; out = p·v,
+transposed back to BSHD: (4, 4096, 128, 128) bf16. Tolerance 5e-2 / 5e-2 (MaxKernel's
+yaml). ``emb_dim`` (16384 = Hq·D) is JAXBench's metadata; a config must keep it equal to
+num_query_heads·head_dim.
+
+The check runs at batch=1, seq_len=2048, 2 KV heads with 32 query heads, head_dim=128.
+Batch only repeats independent problems. Two KV heads keep a kernel that maps a query
+head to the wrong KV head failing, and ``check_config`` keeps the group size (16 query
+heads per KV head at full size) rather than shrinking the head counts independently,
+so every ``heads_per_step`` the full size allows is checked. seq_len stays a multiple of
+the largest block (2048, also the expert's splash tiling), so a kernel tuned for the full
+size is checked with its own tiling, diagonal and skipped blocks included. head_dim, the
+lane dimension, is not shrunk.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from .base import (
+    Knob,
+    ScheduleSpace,
+    Workload,
+    indivisible,
+    over_vmem,
+    pow2_divisors,
+    tile_bytes,
+)
+
+BLOCKS = (128, 256, 512, 1024, 2048)
+CHECK_KV_HEADS = 2
+
+
+class GQAAttention(Workload):
+    name = "gqa_attention"
+    jaxbench_id = "2p"
+    category = "attention"
+    description = "causal grouped-query attention, q (4,4096,128,128), k,v (4,4096,8,128) bf16, BSHD"
+    defaults = {"batch": 4, "seq_len": 4096, "num_query_heads": 128, "num_kv_heads": 8, "head_dim": 128,
+                "emb_dim": 16384, "dtype": "bfloat16"}
+    check_overrides = {"batch": 1, "seq_len": 2048}
+    atol = 5e-2
+    rtol = 5e-2
+    template_file = "gqa_attention.py"
+    expert_file = "gqa_attention.py"
+
+    def check_config(self):
+        out = super().check_config()
+        group = self.config["num_query_heads"] // self.config["num_kv_heads"]
+        out["num_kv_heads"] = min(CHECK_KV_HEADS, self.config["num_kv_heads"])
+        out["num_query_heads"] = out["num_kv_heads"] * group
+        out["emb_dim"] = out["num_query_heads"] * out["head_dim"]
+        return out
+
+    def validate_config(self, config):
+        for key in ("batch", "seq_len", "num_query_heads", "num_kv_heads", "head_dim", "emb_dim"):
+            if not isinstance(config[key], int) or config[key] < 1:
+                raise ValueError(f"{self.name}: {key} must be a positive int, got {config[key]!r}")
+        if config["num_query_heads"] % config["num_kv_heads"]:
+            raise ValueError(f"{self.name}: num_query_heads={config['num_query_heads']} must be a multiple of "
+                             f"num_kv_heads={config['num_kv_heads']}")
+        if config["emb_dim"] != config["num_query_heads"] * config["head_dim"]:
+            raise ValueError(f"{self.name}: emb_dim={config['emb_dim']} must equal num_query_heads*head_dim="
+                             f"{config['num_query_heads'] * config['head_dim']}")
+        if config["seq_len"] % 128:
+            raise ValueError(f"{self.name}: seq_len={config['seq_len']} must be a multiple of 128 (the smallest block)")
+        if config["head_dim"] % 128:
+            raise ValueError(f"{self.name}: head_dim={config['head_dim']} must be a multiple of 128 (the lane width)")
+        if str(config.get("dtype", "bfloat16")) not in ("bfloat16", "float32", "float16"):
+            raise ValueError(f"{self.name}: dtype {config['dtype']!r} is not a float dtype")
+
+    def make_inputs(self, config, seed):
+        dt = self.dtype(config)
+        kq, kk, kv = jax.random.split(jax.random.key(42 + seed), 3)
+        b, s, d = config["batch"], config["seq_len"], config["head_dim"]
+        query = jax.random.normal(kq, (b, s, config["num_query_heads"], d), dt)
+        key = jax.random.normal(kk, (b, s, config["num_kv_heads"], d), dt)
+        value = jax.random.normal(kv, (b, s, config["num_kv_heads"], d), dt)
+        return query, key, value
+
+    def reference(self, config, query, key, value):
+        # JAXBench's plain-JAX baseline: repeat KV heads, BHSD attention in the input dtype.
+        group = query.shape[2] // key.shape[2]
+        seq, head_dim = query.shape[1], query.shape[3]
+        k = jnp.repeat(key, group, axis=2)
+        v = jnp.repeat(value, group, axis=2)
+        q, k, v = (x.transpose(0, 2, 1, 3) for x in (query, k, v))
+        attn = jnp.einsum("bhqd,bhkd->bhqk", q, k) * head_dim**-0.5
+        mask = jnp.tril(jnp.ones((seq, seq)))
+        attn = jnp.where(mask, attn, -1e9)
+        attn = jax.nn.softmax(attn, axis=-1)
+        out = jnp.einsum("bhqk,bhkd->bhqd", attn, v)
+        return out.transpose(0, 2, 1, 3)
+
+    def schedule_space(self, config):
+        dt = str(jnp.dtype(config["dtype"]))
+        seq, d = config["seq_len"], config["head_dim"]
+        group = config["num_query_heads"] // config["num_kv_heads"]
+        heads = pow2_divisors(group, 1, 16)
+
+        def check(s):
+            bq, bk, g = s["block_q"], s["block_k"], s["heads_per_step"]
+            msg = indivisible({"block_q": ("seq_len", seq), "block_k": ("seq_len", seq),
+                               "heads_per_step": ("query heads per KV head", group)}, s)
+            if msg:
+                return msg
+            vmem = (
+                2 * tile_bytes((bq, g * d), dt)  # q, double-buffered
+                + 2 * s["buffers"] * tile_bytes((bk, d), dt)  # k and v
+                + 2 * tile_bytes((bq, g * d), dt)  # o, double-buffered
+                + 2 * g * tile_bytes((bq, 128), "float32")  # m, l scratch per head
+                + tile_bytes((bq, g * d), "float32")  # acc scratch
+            )
+            # f32 score-sized temporaries (scores, probabilities, the causal mask): 0.25 + 0.6 per
+            # head of a (block_q, block_k) tile, fitted to v6e compiles at the full size.
+            vmem += (5 + 12 * g) * tile_bytes((bq, bk), "float32") // 20
+            return over_vmem(vmem)
+
+        return ScheduleSpace(
+            [
+                Knob("block_q", BLOCKS, 512, "query rows per grid step (q, o, m, l, acc tiles)"),
+                Knob("block_k", BLOCKS, 512, "key/value rows fetched per grid step"),
+                Knob("heads_per_step", heads, max(h for h in heads if h <= 4),
+                     "query heads of one KV group per grid step: each k/v block is fetched once for all of them"),
+                # Mosaic's pallas_call pipeline takes pl.Buffered(1) or (2) only; 3 fails to lower.
+                Knob("buffers", (1, 2), 2, "pipeline buffers for the k and v blocks (1: no prefetch)"),
+                Knob("kv_index_map", ("plain", "clamp", "next_row"), "plain",
+                     "what k/v fetch on causally skipped steps: their own block, the last needed one, or block 0"),
+            ],
+            check,
+        )

@@ -1,0 +1,143 @@
+"""11p megablox_gmm: the Qwen3-235B-A22B MoE grouped matmul (megablox), bf16.
+
+Inputs (spec 11p): ``split(key(42), 2)`` -> lhs (M, K) ~ N(0,1) and rhs (G, K, N) ~
+N(0,1)*0.02, bf16, with M = seq_len * num_experts_per_tok = 32768, K = emb_dim = 4096,
+N = moe_mlp_dim = 1536, G = num_experts = 128; group_sizes (G,) int32. JAXBench's 4th
+argument, the Python int max_expert_size (256 = M/G), is the config value
+``max_expert_size`` here: a static bound on the largest group, not an input.
+
+Math (the general rule, not only the shipped uniform sizes): group g owns the rows
+[offset_g, offset_g + size_g), offset_g being the sum of the earlier groups' sizes;
+out[those rows] = lhs[those rows] @ rhs[g], accumulated in f32 and cast to bf16; rows
+past the groups' total are zero. Output (M, N) bf16, tolerance 1e-2/1e-2. The reference
+keeps JAXBench's ops (a ``lax.scan`` over groups, here unrolled, each multiplying a
+static window of max_expert_size rows and masking the rows outside the group) but slides
+a window that would run past the end of lhs back inside it and shifts the mask with it,
+where JAXBench's clamped slice read shifted rows. Group sizes must be at most
+max_expert_size.
+
+Inputs beyond the spec: seed 0 is the spec's (every group M/G rows). Seeds >= 1 draw
+ragged sizes, uniform in [0, min(max_expert_size, M/G)] with about a quarter of the
+groups (at least one) empty, from ``fold_in(key(42 + seed), 2)``: their sum is at most M
+and usually well below it, so the check exercises groups that start and end inside row
+tiles, empty groups and zero rows past the total, not only the uniform layout.
+
+The check runs at num_experts=4, seq_len=512, num_experts_per_tok=2 (M=1024, 256 rows per
+uniform group), emb_dim=1024, moe_mlp_dim=1536 (kept), max_expert_size=M/G: M, K and N
+are multiples of the largest tm (512), tk (1024) and tn (1536) in the space, so every
+schedule is checked with its own tiling. Four groups keep groups that straddle tiles.
+
+Expert (``experts/megablox_gmm.py``): jax's megablox ``gmm`` with JAXBench's tiling
+(256, 1024, 1024), output in bf16 (``preferred_element_type``; megablox defaults to f32),
+and the rows past the groups' total zeroed after the call (megablox leaves them unwritten).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from .base import Knob, ScheduleSpace, Workload, indivisible, matmul_vmem_bytes, over_vmem
+
+BLOCKS_M = (128, 256, 512)
+BLOCKS_K = (256, 512, 1024)
+BLOCKS_N = (128, 256, 512, 768, 1536)
+EMPTY_GROUP_FRACTION = 0.25
+
+
+def rows(config) -> int:
+    """M: one lhs row per (token, chosen expert)."""
+    return config["seq_len"] * config["num_experts_per_tok"]
+
+
+class MegabloxGMM(Workload):
+    name = "megablox_gmm"
+    jaxbench_id = "11p"
+    category = "grouped matmul"
+    description = "grouped matmul of 128 experts' row groups, lhs (32768,4096) x rhs (128,4096,1536), bf16"
+    defaults = {"num_experts": 128, "num_experts_per_tok": 8, "emb_dim": 4096, "moe_mlp_dim": 1536,
+                "seq_len": 4096, "max_expert_size": 256, "dtype": "bfloat16"}
+    check_overrides = {"num_experts": 4, "num_experts_per_tok": 2, "seq_len": 512, "emb_dim": 1024,
+                       "moe_mlp_dim": 1536}
+    atol = 1e-2
+    rtol = 1e-2
+    template_file = "megablox_gmm.py"
+    expert_file = "megablox_gmm.py"
+
+    def validate_config(self, config):
+        for key in ("num_experts", "num_experts_per_tok", "emb_dim", "moe_mlp_dim", "seq_len", "max_expert_size"):
+            if not isinstance(config[key], int) or config[key] < 1:
+                raise ValueError(f"megablox_gmm: {key} must be a positive int, got {config[key]!r}")
+        m, g = rows(config), config["num_experts"]
+        if m % 128:
+            raise ValueError(f"megablox_gmm: seq_len*num_experts_per_tok={m} must be a multiple of 128 (the smallest tm)")
+        if m % g:
+            raise ValueError(f"megablox_gmm: seq_len*num_experts_per_tok={m} must be a multiple of num_experts={g} "
+                             "(seed 0's groups are uniform)")
+        if not m // g <= config["max_expert_size"] <= m:
+            raise ValueError(f"megablox_gmm: max_expert_size={config['max_expert_size']} must lie in "
+                             f"[M/num_experts, M] = [{m // g}, {m}]")
+        for key in ("emb_dim", "moe_mlp_dim"):
+            if config[key] % 128:
+                raise ValueError(f"megablox_gmm: {key}={config[key]} must be a multiple of 128 (the TPU lane width)")
+
+    def check_config(self):
+        out = super().check_config()
+        out["max_expert_size"] = rows(out) // out["num_experts"]  # any bound >= the largest group is exact
+        return out
+
+    def make_inputs(self, config, seed):
+        dt = self.dtype(config)
+        m, k, n, g = rows(config), config["emb_dim"], config["moe_mlp_dim"], config["num_experts"]
+        key = jax.random.key(42 + seed)
+        k_lhs, k_rhs = jax.random.split(key, 2)
+        lhs = jax.random.normal(k_lhs, (m, k), dt)
+        rhs = jax.random.normal(k_rhs, (g, k, n), dt) * 0.02
+        if seed == 0:
+            return lhs, rhs, jnp.full((g,), m // g, jnp.int32)
+        k_size, k_empty, k_one = jax.random.split(jax.random.fold_in(key, 2), 3)
+        cap = min(config["max_expert_size"], m // g)
+        sizes = jax.random.randint(k_size, (g,), 0, cap + 1, jnp.int32)
+        empty = jax.random.bernoulli(k_empty, EMPTY_GROUP_FRACTION, (g,))
+        empty = empty.at[jax.random.randint(k_one, (), 0, g)].set(True)
+        return lhs, rhs, jnp.where(empty, 0, sizes).astype(jnp.int32)
+
+    def reference(self, config, lhs, rhs, group_sizes):
+        window = config["max_expert_size"]
+        m, k = lhs.shape
+        n = rhs.shape[2]
+        starts = jnp.cumsum(group_sizes) - group_sizes
+
+        def one_group(out, g):
+            start, size = starts[g], group_sizes[g]
+            # A static window of rows from `first`; moved back inside lhs near its end.
+            first = jnp.minimum(start, m - window)
+            x = jax.lax.dynamic_slice(lhs, (first, 0), (window, k))
+            y = jax.lax.dot(x, rhs[g], preferred_element_type=jnp.float32)
+            row = first + jax.lax.broadcasted_iota(jnp.int32, (window, n), 0)
+            y = jnp.where((row >= start) & (row < start + size), y, 0.0)
+            current = jax.lax.dynamic_slice(out, (first, 0), (window, n))
+            return jax.lax.dynamic_update_slice(out, current + y.astype(out.dtype), (first, 0)), None
+
+        # Unrolled: XLA's cost analysis prices a while loop's body once, which made the
+        # rolled scan's predicted time 128x too small (0.07 ms); the ops are the same.
+        out, _ = jax.lax.scan(one_group, jnp.zeros((m, n), lhs.dtype), jnp.arange(rhs.shape[0]), unroll=True)
+        return out
+
+    def schedule_space(self, config):
+        dt = str(jnp.dtype(config["dtype"]))
+        dims = {"tm": ("M", rows(config)), "tk": ("emb_dim", config["emb_dim"]),
+                "tn": ("moe_mlp_dim", config["moe_mlp_dim"])}
+
+        def check(s):
+            return indivisible(dims, s) or over_vmem(matmul_vmem_bytes(s["tm"], s["tk"], s["tn"], s["buffers"], dt))
+
+        return ScheduleSpace(
+            [
+                Knob("tm", BLOCKS_M, 256, "lhs/out rows per work item (a tile spanning g groups is computed g times)"),
+                Knob("tk", BLOCKS_K, 1024, "contraction depth per grid step"),
+                Knob("tn", BLOCKS_N, 768, "rhs/out columns per grid step"),
+                Knob("buffers", (1, 2), 2, "pipeline buffers for the lhs and rhs blocks (jax 0.10.2 lowers only 1 or 2)"),
+            ],
+            check,
+        )

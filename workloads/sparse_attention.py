@@ -1,0 +1,137 @@
+"""4p sparse_attention: splash-style causal GQA, Llama-3.1-70B shape (MaxText), BHSD.
+
+Inputs (spec 4p): ``split(key(42), 3)`` -> q (B=4, Hq=64, S=4096, D=128) = N(0,1)·128^-0.5
+(pre-scaled at input generation) and k, v (4, Hkv=8, 4096, 128), bf16. Math, per batch
+element: query head h uses KV head h // 8 (KV heads repeated 8 times); s = q·kᵀ with no
+scale inside the workload; where key j > query i, s = -1e30; softmax over keys;
+out = p·v: (4, 64, 4096, 128) bf16. Tolerance 1e-2 / 1e-2.
+
+Input fix: JAXBench draws k and v as N(0,1)·0.02. Then the scores are ~N(0, 0.02²), the
+softmax is nearly uniform over the causal prefix, and outputs are averages of ~0.02-sized
+values: only 0.16% of them exceed atol (measured at the check size). An all-zero output,
+a kernel without the causal mask or one that maps query heads to the wrong KV head then
+fail only on the first rows of each head, and a kernel that skips an off-diagonal kv block
+(keys 512..1023 for the queries from 1536 on) passes. Here k and v are N(0,1) (q keeps
+its pre-scaling, so scores are ~N(0,1) as in ordinary attention): 86% of outputs exceed
+atol, each of those wrong kernels fails, and the bf16 reference stays within ~0.6 of the
+tolerance of the exact answer. Math, shapes, dtypes and keys are JAXBench's.
+
+The check runs at batch=1, seq_len=2048, 2 KV heads with 16 query heads, head_dim=128.
+Batch only repeats independent problems. Two KV heads keep a kernel with the wrong head
+mapping failing, and ``check_config`` keeps the group size (8 query heads per KV head at
+full size), so every ``heads_per_step`` the full size allows is checked. seq_len stays a
+multiple of the largest block (2048, also the expert's splash tiling), so a kernel tuned for
+the full size is checked with its own tiling. head_dim, the lane dimension, is not shrunk.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from .base import (
+    Knob,
+    ScheduleSpace,
+    Workload,
+    indivisible,
+    over_vmem,
+    pow2_divisors,
+    tile_bytes,
+)
+
+BLOCKS = (128, 256, 512, 1024, 2048)
+CHECK_KV_HEADS = 2
+
+
+class SparseAttention(Workload):
+    name = "sparse_attention"
+    jaxbench_id = "4p"
+    category = "attention"
+    description = "splash-style causal GQA, q (4,64,4096,128) pre-scaled, k,v (4,8,4096,128) bf16, BHSD"
+    defaults = {"batch": 4, "seq_len": 4096, "num_query_heads": 64, "num_kv_heads": 8, "head_dim": 128,
+                "dtype": "bfloat16"}
+    check_overrides = {"batch": 1, "seq_len": 2048}
+    atol = 1e-2
+    rtol = 1e-2
+    template_file = "sparse_attention.py"
+    expert_file = "sparse_attention.py"
+
+    def check_config(self):
+        out = super().check_config()
+        group = self.config["num_query_heads"] // self.config["num_kv_heads"]
+        out["num_kv_heads"] = min(CHECK_KV_HEADS, self.config["num_kv_heads"])
+        out["num_query_heads"] = out["num_kv_heads"] * group
+        return out
+
+    def validate_config(self, config):
+        for key in ("batch", "seq_len", "num_query_heads", "num_kv_heads", "head_dim"):
+            if not isinstance(config[key], int) or config[key] < 1:
+                raise ValueError(f"{self.name}: {key} must be a positive int, got {config[key]!r}")
+        if config["num_query_heads"] % config["num_kv_heads"]:
+            raise ValueError(f"{self.name}: num_query_heads={config['num_query_heads']} must be a multiple of "
+                             f"num_kv_heads={config['num_kv_heads']}")
+        if config["seq_len"] % 128:
+            raise ValueError(f"{self.name}: seq_len={config['seq_len']} must be a multiple of 128 (the smallest block)")
+        if config["head_dim"] % 128:
+            raise ValueError(f"{self.name}: head_dim={config['head_dim']} must be a multiple of 128 (the lane width)")
+        if str(config.get("dtype", "bfloat16")) not in ("bfloat16", "float32", "float16"):
+            raise ValueError(f"{self.name}: dtype {config['dtype']!r} is not a float dtype")
+
+    def make_inputs(self, config, seed):
+        dt = self.dtype(config)
+        kq, kk, kv = jax.random.split(jax.random.key(42 + seed), 3)
+        b, s, d = config["batch"], config["seq_len"], config["head_dim"]
+        q = jax.random.normal(kq, (b, config["num_query_heads"], s, d), dt) * d**-0.5
+        k = jax.random.normal(kk, (b, config["num_kv_heads"], s, d), dt)  # JAXBench: ·0.02 (see above)
+        v = jax.random.normal(kv, (b, config["num_kv_heads"], s, d), dt)  # JAXBench: ·0.02
+        return q, k, v
+
+    def reference(self, config, q, k, v):
+        # JAXBench's plain-JAX baseline: repeat KV heads, no scale, mask -1e30, input dtype.
+        group = q.shape[1] // k.shape[1]
+        seq = q.shape[2]
+        k = jnp.repeat(k, group, axis=1)
+        v = jnp.repeat(v, group, axis=1)
+        attn = jnp.einsum("bhqd,bhkd->bhqk", q, k)
+        mask = jnp.tril(jnp.ones((seq, seq), dtype=bool))
+        attn = jnp.where(mask, attn, -1e30)
+        attn = jax.nn.softmax(attn, axis=-1)
+        return jnp.einsum("bhqk,bhkd->bhqd", attn, v)
+
+    def schedule_space(self, config):
+        dt = str(jnp.dtype(config["dtype"]))
+        seq, d = config["seq_len"], config["head_dim"]
+        group = config["num_query_heads"] // config["num_kv_heads"]
+        heads = pow2_divisors(group, 1, 16)
+
+        def check(s):
+            bq, bk, g = s["block_q"], s["block_k"], s["heads_per_step"]
+            msg = indivisible({"block_q": ("seq_len", seq), "block_k": ("seq_len", seq),
+                               "heads_per_step": ("query heads per KV head", group)}, s)
+            if msg:
+                return msg
+            vmem = (
+                2 * g * tile_bytes((bq, d), dt)  # q, double-buffered
+                + 2 * s["buffers"] * tile_bytes((bk, d), dt)  # k and v
+                + 2 * g * tile_bytes((bq, d), dt)  # o, double-buffered
+                + 2 * g * tile_bytes((bq, 128), "float32")  # m, l scratch per head
+                + g * tile_bytes((bq, d), "float32")  # acc scratch per head
+            )
+            # f32 score-sized temporaries (scores, probabilities, the causal mask): 0.25 + 0.6 per
+            # head of a (block_q, block_k) tile, fitted to v6e compiles at the full size.
+            vmem += (5 + 12 * g) * tile_bytes((bq, bk), "float32") // 20
+            return over_vmem(vmem)
+
+        return ScheduleSpace(
+            [
+                Knob("block_q", BLOCKS, 512, "query rows per grid step (q, o, m, l, acc tiles)"),
+                Knob("block_k", BLOCKS, 512, "key/value rows fetched per grid step"),
+                Knob("heads_per_step", heads, max(h for h in heads if h <= 4),
+                     "query heads of one KV group per grid step: each k/v block is fetched once for all of them"),
+                # Mosaic's pallas_call pipeline takes pl.Buffered(1) or (2) only; 3 fails to lower.
+                Knob("buffers", (1, 2), 2, "pipeline buffers for the k and v blocks (1: no prefetch)"),
+                Knob("kv_index_map", ("plain", "clamp", "next_row"), "plain",
+                     "what k/v fetch on causally skipped steps: their own block, the last needed one, or block 0"),
+            ],
+            check,
+        )
