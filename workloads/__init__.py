@@ -14,7 +14,9 @@ from .mamba2_ssd import Mamba2SSD
 from .megablox_gmm import MegabloxGMM
 from .mixtral_moe import MixtralMoE
 from .mla_attention import MLAAttention
+from .paged_attention import PagedAttention
 from .ragged_dot import RaggedDot
+from .ragged_paged_attention import RaggedPagedAttention
 from .retnet_retention import RetNetRetention
 from .rmsnorm import RMSNorm
 from .sparse_attention import SparseAttention
@@ -22,7 +24,7 @@ from .swiglu_mlp import SwiGLUMLP
 from .triangle_multiplication import TriangleMultiplication
 
 WORKLOADS: dict[str, type[Workload]] = {cls.name: cls for cls in (
-    Gemm, FlashAttention, MixtralMoE, RMSNorm, SwiGLUMLP, RaggedDot, MLAAttention, RetNetRetention, Mamba2SSD, MegabloxGMM, CrossEntropy, TriangleMultiplication, GQAAttention, SparseAttention, FlexAttention)}
+    Gemm, FlashAttention, MixtralMoE, RMSNorm, SwiGLUMLP, RaggedDot, MLAAttention, RetNetRetention, Mamba2SSD, MegabloxGMM, CrossEntropy, TriangleMultiplication, GQAAttention, SparseAttention, FlexAttention, PagedAttention, RaggedPagedAttention)}
 
 
 def get(name: str, config: Mapping[str, Any] | None = None) -> Workload:

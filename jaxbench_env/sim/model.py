@@ -9,7 +9,9 @@ the last write-back are not hidden (pipeline fill and drain).
 
 Compute per step comes from the kernel body's jaxpr: MXU flops of ``dot_general``,
 elementwise work on the vector unit, transcendentals on the EUP. Both branches of a
-``cond`` (``pl.when``) are counted: an over-estimate for kernels that skip work.
+``cond`` (``pl.when``) are counted: an over-estimate for kernels that skip work. Operands
+left in HBM (``pl.ANY``) are not pipelined; the copies a body issues itself
+(``dma_start``) are priced by the bytes of their destination, overlapped with compute.
 
 Everything outside Pallas kernels is priced from the compiled program's cost analysis
 as one roofline: max(flops / MXU peak, bytes / HBM bandwidth) + transcendentals / EUP.
@@ -89,20 +91,35 @@ def _buffers(bm) -> int:
     return int(getattr(mode, "buffer_count", 2) or 2) if mode is not None else 2
 
 
+def _itemsize(dtype) -> int | None:
+    try:
+        return np.dtype(dtype).itemsize
+    except TypeError:  # a semaphore, not data
+        return None
+
+
 def _scratch_bytes(gm) -> int:
     total = 0
     for aval in gm.scratch_avals:
         inner = getattr(aval, "inner_aval", aval)
         shape, dtype = getattr(inner, "shape", None), getattr(inner, "dtype", None)
-        if shape is not None and dtype is not None:
-            total += math.prod(shape) * np.dtype(dtype).itemsize
+        if shape is not None and dtype is not None and _itemsize(dtype):
+            total += math.prod(shape) * _itemsize(dtype)
     return total
+
+
+def _pipelined(bm) -> bool:
+    """False for an operand left in HBM (memory_space=pl.ANY): the kernel copies from it
+    by hand, so the pipeline neither fetches it nor gives it VMEM."""
+    space = getattr(bm.transformed_block_aval, "memory_space", None)
+    return str(space).lower().rsplit(".", 1)[-1] not in ("any", "hbm")
 
 
 def vmem_estimate(eqn) -> int:
     """Bytes of VMEM a pallas_call's pipelined blocks and scratch need (no layout padding)."""
     gm = eqn.params["grid_mapping"]
-    blocks = sum(_buffers(bm) * _block_elems(bm) * np.dtype(bm.array_aval.dtype).itemsize for bm in gm.block_mappings)
+    blocks = sum(_buffers(bm) * _block_elems(bm) * np.dtype(bm.array_aval.dtype).itemsize
+                 for bm in gm.block_mappings if _pipelined(bm))
     return blocks + _scratch_bytes(gm)
 
 
@@ -114,26 +131,49 @@ def vmem_limit(eqn, chip: Chip = V6E) -> int:
     return int(limit or chip.scoped_vmem_bytes)
 
 
-def _body_costs(jaxpr, chip: Chip) -> tuple[float, float]:
-    """(MXU flops, compute seconds) of one run of a kernel body."""
-    flops = vec = trans = 0.0
-    stack = [jaxpr]
+def _dma_bytes(eqn) -> float:
+    """Bytes one ``dma_start`` copies: its destination's (sliced) shape."""
+    import jax
+
+    dst = jax.tree_util.tree_unflatten(eqn.params["tree"], eqn.invars)[1]
+    ref, transforms = (dst.ref, dst.transforms) if hasattr(dst, "transforms") else (dst, ())
+    aval = getattr(ref, "aval", None)
+    shape, dtype = getattr(aval, "shape", None), getattr(aval, "dtype", None)
+    for t in transforms:  # the last indexer's shape is what is copied
+        if hasattr(t, "get_indexer_shape"):
+            shape = t.get_indexer_shape()
+    if shape is None or dtype is None or not _itemsize(dtype):
+        return 0.0
+    return float(math.prod(shape) * _itemsize(dtype))
+
+
+def _body_costs(jaxpr, chip: Chip) -> tuple[float, float, float]:
+    """(MXU flops, compute seconds, bytes of hand-issued DMAs) of one run of a kernel body.
+
+    A ``scan`` (a fori_loop with static bounds) counts ``length`` times; a ``while`` loop,
+    whose trip count the jaxpr does not say, once.
+    """
+    flops = vec = trans = dma = 0.0
+    stack = [(jaxpr, 1.0)]
     while stack:
-        j = stack.pop()
+        j, times = stack.pop()
         for eqn in j.eqns:
             name = eqn.primitive.name
-            stack.extend(_subjaxprs(eqn))
-            out_elems = sum(math.prod(getattr(v.aval, "shape", ()) or (1,)) for v in eqn.outvars)
+            inner = times * (eqn.params.get("length", 1) if name == "scan" else 1)
+            stack.extend((sub, inner) for sub in _subjaxprs(eqn))
+            out_elems = times * sum(math.prod(getattr(v.aval, "shape", ()) or (1,)) for v in eqn.outvars)
             if name == "dot_general":
                 (lc, _), _ = eqn.params["dimension_numbers"]
                 lhs_shape = eqn.invars[0].aval.shape
                 flops += 2.0 * out_elems * math.prod(lhs_shape[d] for d in lc)
+            elif name == "dma_start":
+                dma += times * _dma_bytes(eqn)
             elif name in _TRANSCENDENTAL:
                 trans += out_elems
             elif name not in _FREE:
                 vec += out_elems
     compute = flops / chip.mxu_flops_per_s + vec / chip.vector_elems_per_s + trans / chip.transcendentals_per_s
-    return flops, compute
+    return flops, compute, dma
 
 
 def _block_indices(bm, grid_points: np.ndarray, n_index_operands: int) -> np.ndarray | None:
@@ -166,13 +206,15 @@ def predict_kernel(eqn, chip: Chip = V6E) -> KernelEstimate:
     grid, _ = static_grid(eqn)
     steps = math.prod(grid) if grid else 1
     grid_points = np.indices(grid).reshape(len(grid), -1).T if grid else np.zeros((1, 0), np.int32)
-    flops, compute = _body_costs(eqn.params["jaxpr"], chip)
+    flops, compute, manual_dma = _body_costs(eqn.params["jaxpr"], chip)
 
     overlapped = np.zeros(steps)
     serial = np.zeros(steps)
     total_bytes = 0.0
     n_in = gm.num_inputs
     for i, bm in enumerate(gm.block_mappings):
+        if not _pipelined(bm):
+            continue
         nbytes = _block_elems(bm) * np.dtype(bm.array_aval.dtype).itemsize
         idx = _block_indices(bm, grid_points, gm.num_index_operands)
         if idx is None:  # data-dependent index map: assume a fresh block every step
@@ -185,6 +227,10 @@ def predict_kernel(eqn, chip: Chip = V6E) -> KernelEstimate:
         traffic = moved * (nbytes / chip.hbm_bytes_per_s)
         total_bytes += float(moved.sum()) * nbytes
         (serial if _buffers(bm) < 2 else overlapped)[:] += traffic
+    # Copies the body issues itself: assumed overlapped with compute, as kernels that
+    # gather pages by hand start the next step's copies before waiting on their own.
+    overlapped += manual_dma / chip.hbm_bytes_per_s
+    total_bytes += manual_dma * steps
 
     step_time = np.maximum(overlapped, compute) + serial + chip.step_overhead_s
     # Fill: the first step's fetches are not overlapped; drain: nor is the last write-back.
@@ -222,6 +268,8 @@ def predict_program(jaxpr, compiled, chip: Chip = V6E) -> SimBreakdown:
     notes = []
     if any(e.params["grid_mapping"].num_index_operands for e in pallas_call_eqns(jaxpr)):
         notes.append("scalar-prefetch index maps priced as a fresh block every step")
+    if any(_body_costs(e.params["jaxpr"], chip)[2] for e in pallas_call_eqns(jaxpr)):
+        notes.append("hand-issued DMAs (dma_start) priced as overlapped with compute")
     bounds = sorted({b for b in (static_grid(e)[1] for e in pallas_call_eqns(jaxpr)) if b is not None})
     if bounds:
         notes.append(f"data-dependent grid axes priced at an upper bound ({', '.join(map(str, bounds))} steps): "
