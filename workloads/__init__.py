@@ -23,8 +23,11 @@ from .sparse_attention import SparseAttention
 from .swiglu_mlp import SwiGLUMLP
 from .triangle_multiplication import TriangleMultiplication
 
-WORKLOADS: dict[str, type[Workload]] = {cls.name: cls for cls in (
-    Gemm, FlashAttention, MixtralMoE, RMSNorm, SwiGLUMLP, RaggedDot, MLAAttention, RetNetRetention, Mamba2SSD, MegabloxGMM, CrossEntropy, TriangleMultiplication, GQAAttention, SparseAttention, FlexAttention, PagedAttention, RaggedPagedAttention)}
+WORKLOADS: dict[str, type[Workload]] = {cls.name: cls for cls in (  # JAXBench's order, 1p-17p
+    FlashAttention, GQAAttention, MLAAttention, SparseAttention, FlexAttention, PagedAttention,
+    RaggedPagedAttention, Gemm, SwiGLUMLP, MixtralMoE, MegabloxGMM, RMSNorm, CrossEntropy,
+    RaggedDot, RetNetRetention, Mamba2SSD, TriangleMultiplication,
+)}
 
 
 def get(name: str, config: Mapping[str, Any] | None = None) -> Workload:

@@ -1,0 +1,153 @@
+"""6p paged_attention: GQA decode over a paged KV cache, Llama-3.1-70B (MaxText), bf16.
+
+Inputs (spec 6p): ``split(key(42), 5)`` -> queries (num_seqs, num_query_heads, head_dim)
+N(0,1) from key 0, one decode token per sequence; k_pages and v_pages (num_seqs *
+pages_per_seq, page_size, num_kv_heads, head_dim) from keys 1 and 2; kv_lens (num_seqs,)
+i32, all max_seq_len; page_indices = arange reshaped (num_seqs, pages_per_seq), so
+sequence i owns pages [i*pages_per_seq, (i+1)*pages_per_seq); cu_q_lens = arange(num_seqs+1).
+
+Math, per sequence i: q = queries[cu_q_lens[i]] (num_query_heads, head_dim); K and V are
+gathered from the pages page_indices[i] in order, (max_seq_len, num_kv_heads, head_dim),
+and each KV head serves num_query_heads/num_kv_heads consecutive query heads;
+s = q·kᵀ·head_dim^-0.5; key positions >= kv_lens[i] get -1e30; softmax; times v. All in
+bf16 as JAXBench's baseline computes it. Output (num_seqs, num_query_heads, head_dim)
+bf16, tolerance 1e-2/1e-2.
+
+Input fixes (the math and shapes are JAXBench's):
+
+* k_pages and v_pages are N(0,1), not N·0.02. With the 0.02 scale the scores are ~0.02,
+  the softmax is flat, and the output is a mean of ~4096 values of std 0.02: its std is
+  3e-4, 30x below atol (no output value exceeds it), so an all-zero output passed the
+  check. Unscaled, the output's std is 0.026 at the full size and 0.07 at the check
+  size, and 73% / 89% of its values exceed atol.
+* Seed 0 keeps the spec's page table and lengths. Seeds >= 1 (the check's seeds 1 and 2)
+  draw a fresh permutation of all pages as the page table (key 4) and kv_lens uniform in
+  [1, max_seq_len] (key 3): with the spec's all-full lengths the length mask is vacuous
+  (workloads.md section 5), and with its identity table a kernel that reads pages
+  contiguously would pass. kv_lens are at least 1 (an empty sequence has no attention).
+
+The check runs at num_seqs=4, num_query_heads=16, num_kv_heads=2, pages_per_seq=32
+(max_seq_len 512), page_size 16, head_dim 128. Sequences and KV heads only repeat
+independent problems; two KV heads with 8 query heads each (the full config's ratio) keep
+the GQA head mapping checked. pages_per_seq stays a multiple of the largest page block in
+the space (32), so every schedule runs with its own tiling, and the random lengths of
+seeds 1-2 end mid-page and mid-block. Interpret mode pays for every DMA, and both the
+template and jax's kernel issue one per page (jax's: per page and KV head, and a wait
+each), which is what bounds the number of pages checked (~1 s per seed for the template).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from .base import Knob, ScheduleSpace, Workload, indivisible, over_vmem, tile_bytes
+
+PAGE_BLOCKS = (4, 8, 16, 32)
+MASK_VALUE = -1e30
+
+
+class PagedAttention(Workload):
+    name = "paged_attention"
+    jaxbench_id = "6p"
+    category = "attention (paged)"
+    description = "GQA decode attention over a paged KV cache, 64 seqs x 4096 keys, 64/8 heads, bf16"
+    defaults = {"num_seqs": 64, "max_seq_len": 4096, "num_query_heads": 64, "num_kv_heads": 8,
+                "head_dim": 128, "page_size": 16, "pages_per_seq": 256, "dtype": "bfloat16"}
+    check_overrides = {"num_seqs": 4, "num_query_heads": 16, "num_kv_heads": 2, "pages_per_seq": 32,
+                       "max_seq_len": 512}
+    atol = 1e-2
+    rtol = 1e-2
+    template_file = "paged_attention.py"
+    expert_file = "paged_attention.py"
+
+    def check_config(self):
+        out = super().check_config()
+        out["max_seq_len"] = out["pages_per_seq"] * out["page_size"]
+        # keep the full config's query heads per KV head
+        out["num_query_heads"] = out["num_kv_heads"] * (self.config["num_query_heads"] // self.config["num_kv_heads"])
+        return out
+
+    def validate_config(self, config):
+        keys = ("num_seqs", "max_seq_len", "num_query_heads", "num_kv_heads", "head_dim", "page_size", "pages_per_seq")
+        for key in keys:
+            if not isinstance(config[key], int) or config[key] < 1:
+                raise ValueError(f"{self.name}: {key} must be a positive int, got {config[key]!r}")
+        if config["max_seq_len"] != config["page_size"] * config["pages_per_seq"]:
+            raise ValueError(f"{self.name}: max_seq_len={config['max_seq_len']} must equal page_size * pages_per_seq "
+                             f"= {config['page_size'] * config['pages_per_seq']}")
+        if config["num_query_heads"] % config["num_kv_heads"]:
+            raise ValueError(f"{self.name}: num_query_heads={config['num_query_heads']} must be a multiple of "
+                             f"num_kv_heads={config['num_kv_heads']}")
+        if (config["num_query_heads"] // config["num_kv_heads"]) % 8:
+            raise ValueError(f"{self.name}: query heads per KV head must be a multiple of 8 (a sublane tile)")
+        if config["head_dim"] % 128:
+            raise ValueError(f"{self.name}: head_dim={config['head_dim']} must be a multiple of 128 (the lane width)")
+        if config["page_size"] % 16:
+            raise ValueError(f"{self.name}: page_size={config['page_size']} must be a multiple of 16 "
+                             "(a bf16 sublane tile, so pages land tile-aligned in VMEM)")
+        if config["pages_per_seq"] % PAGE_BLOCKS[0]:
+            raise ValueError(f"{self.name}: pages_per_seq={config['pages_per_seq']} must be a multiple of "
+                             f"{PAGE_BLOCKS[0]} (the smallest page block)")
+        if str(config.get("dtype", "bfloat16")) not in ("bfloat16", "float32", "float16"):
+            raise ValueError(f"{self.name}: dtype {config['dtype']!r} is not a float dtype")
+
+    def make_inputs(self, config, seed):
+        dt = self.dtype(config)
+        n, pps, ps = config["num_seqs"], config["pages_per_seq"], config["page_size"]
+        hkv, d = config["num_kv_heads"], config["head_dim"]
+        total = n * pps
+        keys = jax.random.split(jax.random.key(42 + seed), 5)
+        queries = jax.random.normal(keys[0], (n, config["num_query_heads"], d), dt)
+        k_pages = jax.random.normal(keys[1], (total, ps, hkv, d), dt)
+        v_pages = jax.random.normal(keys[2], (total, ps, hkv, d), dt)
+        if seed == 0:
+            kv_lens = jnp.full((n,), config["max_seq_len"], jnp.int32)
+            page_indices = jnp.arange(total, dtype=jnp.int32).reshape(n, pps)
+        else:
+            kv_lens = jax.random.randint(keys[3], (n,), 1, config["max_seq_len"] + 1, jnp.int32)
+            page_indices = jax.random.permutation(keys[4], total, independent=True).astype(jnp.int32).reshape(n, pps)
+        cu_q_lens = jnp.arange(n + 1, dtype=jnp.int32)
+        return queries, k_pages, v_pages, kv_lens, page_indices, cu_q_lens
+
+    def reference(self, config, queries, k_pages, v_pages, kv_lens, page_indices, cu_q_lens):
+        # JAXBench's baseline: one sequence at a time under vmap, everything in bf16.
+        hq, hkv, d = config["num_query_heads"], config["num_kv_heads"], config["head_dim"]
+        max_seq_len = config["pages_per_seq"] * config["page_size"]
+        sm_scale = d**-0.5
+
+        def attend_one_seq(i):
+            q = jax.lax.dynamic_slice(queries, (cu_q_lens[i], 0, 0), (1, hq, d))
+            pages = page_indices[i]
+            k = jnp.repeat(k_pages[pages].reshape(max_seq_len, hkv, d), hq // hkv, axis=1)
+            v = jnp.repeat(v_pages[pages].reshape(max_seq_len, hkv, d), hq // hkv, axis=1)
+            attn = jnp.einsum("qhd,khd->hqk", q, k) * sm_scale
+            mask = jnp.arange(max_seq_len) < kv_lens[i]
+            attn = jnp.where(mask[None, None, :], attn, MASK_VALUE)
+            attn = jax.nn.softmax(attn, axis=-1)
+            return jnp.einsum("hqk,khd->qhd", attn, v).squeeze(0)
+
+        return jax.vmap(attend_one_seq)(jnp.arange(config["num_seqs"]))
+
+    def schedule_space(self, config):
+        dt = str(jnp.dtype(config["dtype"]))
+        d, ps, hkv, hq = config["head_dim"], config["page_size"], config["num_kv_heads"], config["num_query_heads"]
+        dims = {"pages_per_block": ("pages_per_seq", config["pages_per_seq"])}
+
+        def check(s):
+            block_len = s["pages_per_block"] * ps
+            vmem = (
+                2 * s["buffers"] * block_len * tile_bytes((hkv, d), dt)  # k and v page buffers
+                + 4 * tile_bytes((hq, d), dt)  # q and o blocks, double-buffered
+                + 2 * tile_bytes((hq, 128), "float32") + tile_bytes((hq, d), "float32")  # m, l, acc
+                + 2 * tile_bytes((hq // hkv, block_len), "float32")  # scores and exp(scores) of one KV head
+            )
+            return indivisible(dims, s) or over_vmem(vmem)
+
+        return ScheduleSpace(
+            [
+                Knob("pages_per_block", PAGE_BLOCKS, 32, "KV pages gathered and scored per grid step"),
+                Knob("buffers", (1, 2), 2, "page buffers: 2 starts the next step's page DMAs before this step waits"),
+            ],
+            check,
+        )

@@ -1,0 +1,195 @@
+"""Ragged paged attention (mixed prefill and decode) as a Pallas TPU kernel.
+
+Grid (query block,): each step owns q_block consecutive query tokens, which may belong
+to several sequences. kv_lens, page_indices, cu_q_lens, num_seqs and, per query block,
+the first and last sequence it overlaps (found with a searchsorted on cu_q_lens outside
+the kernel) are scalar-prefetched into SMEM and drive the walk: the step loops over those
+sequences and, for each, over the kv blocks its rows in this query block can see
+(causally: blocks past the last row's position are skipped). Each kv block's pages are
+scattered in HBM, so the kernel copies them one page (all combined K/V heads) per DMA
+into a VMEM buffer, only the pages holding visible keys; with ``buffers=2`` the next kv
+block's copies start before this one is computed.
+
+Per KV head h, K is combined head 2h and V is 2h + 1 (strided VMEM loads). Its query
+heads' rows of the block are scored in f32, masked (row not in the sequence, key after
+the row's position or past kv_len) and folded into a running max / sum / accumulator per
+row (online softmax). A row only ever sees its own sequence's keys; rows no sequence owns
+end with an empty sum and are written as zeros.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+SCHEDULE = {"q_block": 32, "pages_per_block": 32, "buffers": 2}
+
+MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)  # the reference's value for masked scores
+
+
+def ragged_paged_attention_kernel(
+    # scalar prefetch (SMEM)
+    kv_lens_ref, page_indices_ref, cu_q_lens_ref, num_seqs_ref, first_seq_ref, last_seq_ref,
+    # inputs
+    q_ref, kv_hbm,
+    # output
+    o_ref,
+    # scratch
+    kv_buf, sems, m_ref, l_ref, acc_ref,
+    *, sm_scale, buffers,
+):
+    i = pl.program_id(0)
+    q_block, num_q_heads, head_dim = q_ref.shape
+    _, block_len, num_combined, _ = kv_buf.shape
+    num_kv_heads = num_combined // 2
+    q_per_kv = num_q_heads // num_kv_heads
+    page_size = kv_hbm.shape[1]
+    pages_per_block = block_len // page_size
+    block_start = i * q_block
+    first, last = first_seq_ref[i], last_seq_ref[i]
+    del num_seqs_ref  # first/last already stop at the last active sequence
+
+    m_ref[...] = jnp.full_like(m_ref, MASK_VALUE)
+    l_ref[...] = jnp.zeros_like(l_ref)
+    acc_ref[...] = jnp.zeros_like(acc_ref)
+
+    def visible_len(s):
+        # Keys past the last position of s's rows in this block are masked for all of them.
+        q_start, q_end = cu_q_lens_ref[s], cu_q_lens_ref[s + 1]
+        last_row = jnp.minimum(q_end, block_start + q_block) - 1
+        return kv_lens_ref[s] - (q_end - q_start) + (last_row - q_start) + 1
+
+    def num_kv_blocks(s):
+        return jnp.maximum(1, (visible_len(s) + block_len - 1) // block_len)
+
+    def num_pages(s, j):
+        """Pages of kv block j that hold visible keys (the rest are neither copied nor read)."""
+        return jnp.clip((visible_len(s) - j * block_len + page_size - 1) // page_size, 0, pages_per_block)
+
+    def start(s, j, slot):
+        def body(p, carry):
+            page = page_indices_ref[s, j * pages_per_block + p]
+            rows = pl.ds(pl.multiple_of(p * page_size, page_size), page_size)
+            pltpu.make_async_copy(kv_hbm.at[page], kv_buf.at[slot, rows], sems.at[slot]).start()
+            return carry
+
+        jax.lax.fori_loop(0, num_pages(s, j), body, 0)
+
+    def wait(s, j, slot):
+        def body(p, carry):
+            # Every copy moved one page: any page-sized descriptor waits for one of them.
+            pltpu.make_async_copy(kv_hbm.at[0], kv_buf.at[slot, pl.ds(0, page_size)], sems.at[slot]).wait()
+            return carry
+
+        jax.lax.fori_loop(0, num_pages(s, j), body, 0)
+
+    def compute(s, j, slot):
+        q_start, q_end, kv_len = cu_q_lens_ref[s], cu_q_lens_ref[s + 1], kv_lens_ref[s]
+        shape = (q_block * q_per_kv, block_len)
+        token = block_start + jax.lax.broadcasted_iota(jnp.int32, shape, 0) // q_per_kv
+        key = j * block_len + jax.lax.broadcasted_iota(jnp.int32, shape, 1)
+        pos = kv_len - (q_end - q_start) + (token - q_start)
+        visible = (token >= q_start) & (token < q_end) & (key <= pos) & (key < kv_len)
+        # Rows past the copied pages hold stale or uninitialised VMEM: zero them in v, since
+        # 0 * NaN would poison the p @ v product (masked scores never read them).
+        copied = jax.lax.broadcasted_iota(jnp.int32, (block_len, head_dim), 0) < num_pages(s, j) * page_size
+        q_all = q_ref[...].astype(jnp.float32)  # f32 keeps the head slices and folds tile-aligned
+        for h in range(num_kv_heads):
+            heads = pl.ds(h * q_per_kv, q_per_kv)
+            # (q_block, q_per_kv, head_dim) -> rows ordered (token, head)
+            q = q_all[:, h * q_per_kv:(h + 1) * q_per_kv, :].reshape(-1, head_dim).astype(kv_buf.dtype)
+            k = kv_buf[slot, :, 2 * h, :]
+            v = jnp.where(copied, kv_buf[slot, :, 2 * h + 1, :], 0)
+            scores = jax.lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+            scores = jnp.where(visible, scores * sm_scale, MASK_VALUE)
+            m_prev = m_ref[h]  # (rows, 128): every lane holds the row's value
+            m_next = jnp.maximum(m_prev, jnp.max(scores, axis=1, keepdims=True))
+            alpha = jnp.exp(m_prev - m_next)
+            p = jnp.where(visible, jnp.exp(scores - m_next[:, :1]), 0.0)
+            m_ref[h] = m_next
+            l_ref[h] = alpha * l_ref[h] + jnp.sum(p, axis=1, keepdims=True)
+            pv = jnp.dot(p.astype(v.dtype), v, preferred_element_type=jnp.float32)
+            acc = acc_ref[:, heads, :].reshape(-1, head_dim)
+            acc_ref[:, heads, :] = (alpha[:, :1] * acc + pv).reshape(q_block, q_per_kv, head_dim)
+
+    # Walk the (sequence, kv block) pairs of this query block in order.
+    def next_item(s, j):
+        more = j + 1 < num_kv_blocks(s)
+        return jnp.where(more, s, s + 1), jnp.where(more, j + 1, 0)
+
+    if buffers == 2:
+        @pl.when(first <= last)
+        def _first_fetch():
+            start(first, 0, 0)
+
+    def body(carry):
+        s, j, slot = carry
+        ns, nj = next_item(s, j)
+        if buffers == 2:
+            @pl.when(ns <= last)
+            def _prefetch():
+                start(ns, nj, 1 - slot)
+        else:
+            start(s, j, slot)
+        wait(s, j, slot)
+        compute(s, j, slot)
+        return ns, nj, (1 - slot) if buffers == 2 else slot
+
+    jax.lax.while_loop(lambda c: c[0] <= last, body, (first, jnp.int32(0), jnp.int32(0)))
+
+    for h in range(num_kv_heads):
+        heads = pl.ds(h * q_per_kv, q_per_kv)
+        l = l_ref[h][:, :1]
+        out = jnp.where(l > 0, acc_ref[:, heads, :].reshape(-1, head_dim) / jnp.where(l > 0, l, 1.0), 0.0)
+        acc_ref[:, heads, :] = out.reshape(q_block, q_per_kv, head_dim)
+    o_ref[...] = acc_ref[...].astype(o_ref.dtype)
+
+
+@functools.partial(jax.jit, static_argnames=("q_block", "pages_per_block", "buffers"))
+def ragged_paged_attention(queries, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs, *,
+                           q_block, pages_per_block, buffers):
+    num_tokens, num_q_heads, head_dim = queries.shape
+    _, page_size, num_combined, _ = kv_pages.shape
+    max_num_seqs = page_indices.shape[0]
+    q_per_kv = num_q_heads // (num_combined // 2)
+    block_len = pages_per_block * page_size
+    num_q_blocks = num_tokens // q_block
+
+    # The sequences each query block overlaps: [first, last], empty (first > last) past the
+    # last active token. Inactive slots end at +inf so no block maps to them.
+    ends = jnp.where(jnp.arange(max_num_seqs) < num_seqs[0], cu_q_lens[1:], jnp.iinfo(jnp.int32).max)
+    block_starts = jnp.arange(num_q_blocks, dtype=jnp.int32) * q_block
+    first = jnp.searchsorted(ends, block_starts, side="right").astype(jnp.int32)
+    last_token = jnp.minimum(block_starts + q_block, cu_q_lens[num_seqs[0]]) - 1
+    last = jnp.where(last_token >= block_starts, jnp.searchsorted(ends, last_token, side="right"), -1)
+    last = last.astype(jnp.int32)
+
+    q_spec = pl.BlockSpec((q_block, num_q_heads, head_dim), lambda i, *_: (i, 0, 0))
+    kernel = functools.partial(ragged_paged_attention_kernel, sm_scale=head_dim**-0.5, buffers=buffers)
+    return pl.pallas_call(
+        kernel,
+        grid_spec=pltpu.PrefetchScalarGridSpec(
+            num_scalar_prefetch=6,
+            grid=(num_q_blocks,),
+            in_specs=[q_spec, pl.BlockSpec(memory_space=pl.ANY)],  # pages stay in HBM: gathered by DMA
+            out_specs=q_spec,
+            scratch_shapes=[
+                pltpu.VMEM((buffers, block_len, num_combined, head_dim), kv_pages.dtype),
+                pltpu.SemaphoreType.DMA((buffers,)),
+                pltpu.VMEM((num_combined // 2, q_block * q_per_kv, 128), jnp.float32),  # m per KV head
+                pltpu.VMEM((num_combined // 2, q_block * q_per_kv, 128), jnp.float32),  # l per KV head
+                pltpu.VMEM((q_block, num_q_heads, head_dim), jnp.float32),  # acc
+            ],
+        ),
+        out_shape=jax.ShapeDtypeStruct(queries.shape, queries.dtype),
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)),
+    )(kv_lens, page_indices, cu_q_lens, num_seqs, first, last, queries, kv_pages)
+
+
+def workload(queries, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs):
+    s = SCHEDULE
+    return ragged_paged_attention(queries, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs,
+                                  q_block=s["q_block"], pages_per_block=s["pages_per_block"], buffers=s["buffers"])
