@@ -122,9 +122,10 @@ def cmd_list(args) -> int:
         print(json.dumps(rows, default=str))
         return 0
     width = max([len(r["name"]) for r in rows] + [4])
-    print(f"{'name':<{width}}  id    {'category':<18} expert  description")
+    cat = max(len(r["category"]) for r in rows)
+    print(f"{'name':<{width}}  id    {'category':<{cat}}  expert  description")
     for r in rows:
-        print(f"{r['name']:<{width}}  {r['jaxbench_id']:<5} {r['category']:<18} {'yes' if r['expert'] else '-':<6}  "
+        print(f"{r['name']:<{width}}  {r['jaxbench_id']:<5} {r['category']:<{cat}}  {'yes' if r['expert'] else '-':<6}  "
               f"{r['description']}")
     return 0
 
