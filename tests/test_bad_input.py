@@ -7,6 +7,7 @@ import textwrap
 import numpy as np
 import pytest
 
+import workloads
 from conftest import SMALL_GEMM
 
 PENALTY = -1.0
@@ -125,3 +126,11 @@ def test_compiler_vmem_error_is_reported_readably():
     message = _compile_error(err)
     assert message.startswith("VMEM exhausted (v6e compiler): ")
     assert "Used 291.86M of 127.94M vmem" in message and "\n" not in message
+
+
+@pytest.mark.parametrize("name", sorted(workloads.WORKLOADS))
+def test_every_workload_rejects_a_non_positive_dimension(name):
+    dims = [k for k, v in workloads.WORKLOADS[name].defaults.items() if isinstance(v, int) and not isinstance(v, bool)]
+    for bad in (0, -8, 2.5):
+        with pytest.raises(ValueError, match=f"{name}: {dims[0]} must be a positive int"):
+            workloads.get(name, {dims[0]: bad})

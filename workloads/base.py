@@ -50,6 +50,13 @@ def indivisible(blocks: Mapping[str, tuple[str, int]], schedule: Mapping[str, in
     return None
 
 
+def require_positive_ints(workload: str, config: Mapping[str, Any], keys) -> None:
+    """Raise ValueError naming the first of ``keys`` whose config value is not a positive int."""
+    for key in keys:
+        if not isinstance(config[key], int) or config[key] < 1:
+            raise ValueError(f"{workload}: {key} must be a positive int, got {config[key]!r}")
+
+
 def over_vmem(nbytes: int, limit: int = DEFAULT_SCOPED_VMEM) -> str | None:
     """A message when ``nbytes`` of estimated VMEM exceeds ``limit``, else None."""
     if nbytes > limit:

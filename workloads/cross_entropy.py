@@ -35,7 +35,15 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .base import Knob, ScheduleSpace, Workload, indivisible, over_vmem, tile_bytes
+from .base import (
+    Knob,
+    ScheduleSpace,
+    Workload,
+    indivisible,
+    over_vmem,
+    require_positive_ints,
+    tile_bytes,
+)
 
 BLOCK_T = (128, 256, 512, 1024)
 BLOCK_V = (128, 256, 512, 1024, 2048)
@@ -65,9 +73,7 @@ class CrossEntropy(Workload):
     template_file = "cross_entropy.py"
 
     def validate_config(self, config):
-        for key in ("batch_tokens", "hidden_dim", "vocab_size"):
-            if not isinstance(config[key], int) or config[key] < 1:
-                raise ValueError(f"cross_entropy: {key} must be a positive int, got {config[key]!r}")
+        require_positive_ints(self.name, config, ("batch_tokens", "hidden_dim", "vocab_size"))
         for key in ("batch_tokens", "hidden_dim", "vocab_size"):
             if config[key] % 128:
                 raise ValueError(f"cross_entropy: {key}={config[key]} must be a multiple of 128")

@@ -18,7 +18,14 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .base import Knob, ScheduleSpace, Workload, over_vmem, tile_bytes
+from .base import (
+    Knob,
+    ScheduleSpace,
+    Workload,
+    over_vmem,
+    require_positive_ints,
+    tile_bytes,
+)
 
 BLOCKS = (128, 256, 512, 1024, 2048)
 
@@ -91,9 +98,7 @@ class FlashAttention(Workload):
         )
 
     def validate_config(self, config):
-        for key in ("batch", "num_heads", "seq_len", "head_dim"):
-            if not isinstance(config[key], int) or config[key] < 1:
-                raise ValueError(f"{self.name}: {key} must be a positive int, got {config[key]!r}")
+        require_positive_ints(self.name, config, ("batch", "num_heads", "seq_len", "head_dim"))
         if config["seq_len"] % 128:
             raise ValueError(f"{self.name}: seq_len={config['seq_len']} must be a multiple of 128 (the smallest block)")
         if config["head_dim"] % 128:

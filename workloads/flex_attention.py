@@ -36,6 +36,7 @@ from .base import (
     indivisible,
     over_vmem,
     pow2_divisors,
+    require_positive_ints,
     tile_bytes,
 )
 
@@ -54,9 +55,7 @@ class FlexAttention(Workload):
     template_file = "flex_attention.py"
 
     def validate_config(self, config):
-        for key in ("batch", "seq_len", "num_heads", "head_dim"):
-            if not isinstance(config[key], int) or config[key] < 1:
-                raise ValueError(f"{self.name}: {key} must be a positive int, got {config[key]!r}")
+        require_positive_ints(self.name, config, ("batch", "seq_len", "num_heads", "head_dim"))
         if config["seq_len"] % 128:
             raise ValueError(f"{self.name}: seq_len={config['seq_len']} must be a multiple of 128 (the smallest block)")
         if config["head_dim"] % 128:

@@ -11,7 +11,15 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .base import Knob, ScheduleSpace, Workload, indivisible, matmul_vmem_bytes, over_vmem
+from .base import (
+    Knob,
+    ScheduleSpace,
+    Workload,
+    indivisible,
+    matmul_vmem_bytes,
+    over_vmem,
+    require_positive_ints,
+)
 
 BLOCKS_MK = (128, 256, 512, 1024)
 BLOCKS_N = (128, 256, 512, 1024, 2048)
@@ -26,6 +34,9 @@ class Gemm(Workload):
     check_overrides = {"M": 1024, "K": 1024, "N": 2048}
     template_file = "gemm.py"
     expert_file = "gemm.py"
+
+    def validate_config(self, config):
+        require_positive_ints(self.name, config, ("M", "K", "N"))
 
     def make_inputs(self, config, seed):
         dt = self.dtype(config)

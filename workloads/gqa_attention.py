@@ -30,6 +30,7 @@ from .base import (
     indivisible,
     over_vmem,
     pow2_divisors,
+    require_positive_ints,
     tile_bytes,
 )
 
@@ -59,9 +60,8 @@ class GQAAttention(Workload):
         return out
 
     def validate_config(self, config):
-        for key in ("batch", "seq_len", "num_query_heads", "num_kv_heads", "head_dim", "emb_dim"):
-            if not isinstance(config[key], int) or config[key] < 1:
-                raise ValueError(f"{self.name}: {key} must be a positive int, got {config[key]!r}")
+        require_positive_ints(self.name, config, ("batch", "seq_len", "num_query_heads", "num_kv_heads",
+                                                  "head_dim", "emb_dim"))
         if config["num_query_heads"] % config["num_kv_heads"]:
             raise ValueError(f"{self.name}: num_query_heads={config['num_query_heads']} must be a multiple of "
                              f"num_kv_heads={config['num_kv_heads']}")

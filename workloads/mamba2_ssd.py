@@ -26,7 +26,15 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .base import Knob, ScheduleSpace, Workload, indivisible, over_vmem, tile_bytes
+from .base import (
+    Knob,
+    ScheduleSpace,
+    Workload,
+    indivisible,
+    over_vmem,
+    require_positive_ints,
+    tile_bytes,
+)
 
 BLOCKS = (128, 256, 512, 1024, 2048)
 
@@ -104,9 +112,8 @@ class Mamba2SSD(Workload):
         )
 
     def validate_config(self, config):
-        for key in ("batch", "num_heads", "seq_len", "head_dim", "d_state", "d_model"):
-            if not isinstance(config[key], int) or config[key] < 1:
-                raise ValueError(f"{self.name}: {key} must be a positive int, got {config[key]!r}")
+        require_positive_ints(self.name, config, ("batch", "num_heads", "seq_len", "head_dim", "d_state",
+                                                  "d_model"))
         if config["seq_len"] % 128:
             raise ValueError(f"{self.name}: seq_len={config['seq_len']} must be a multiple of 128 (the smallest block)")
         if config["head_dim"] % 64:

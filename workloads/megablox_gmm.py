@@ -37,7 +37,15 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .base import Knob, ScheduleSpace, Workload, indivisible, matmul_vmem_bytes, over_vmem
+from .base import (
+    Knob,
+    ScheduleSpace,
+    Workload,
+    indivisible,
+    matmul_vmem_bytes,
+    over_vmem,
+    require_positive_ints,
+)
 
 BLOCKS_M = (128, 256, 512)
 BLOCKS_K = (256, 512, 1024)
@@ -65,9 +73,8 @@ class MegabloxGMM(Workload):
     expert_file = "megablox_gmm.py"
 
     def validate_config(self, config):
-        for key in ("num_experts", "num_experts_per_tok", "emb_dim", "moe_mlp_dim", "seq_len", "max_expert_size"):
-            if not isinstance(config[key], int) or config[key] < 1:
-                raise ValueError(f"megablox_gmm: {key} must be a positive int, got {config[key]!r}")
+        require_positive_ints(self.name, config, ("num_experts", "num_experts_per_tok", "emb_dim",
+                                                  "moe_mlp_dim", "seq_len", "max_expert_size"))
         m, g = rows(config), config["num_experts"]
         if m % 128:
             raise ValueError(f"megablox_gmm: seq_len*num_experts_per_tok={m} must be a multiple of 128 (the smallest tm)")

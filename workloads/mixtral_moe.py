@@ -30,7 +30,14 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .base import Knob, ScheduleSpace, Workload, over_vmem, tile_bytes
+from .base import (
+    Knob,
+    ScheduleSpace,
+    Workload,
+    over_vmem,
+    require_positive_ints,
+    tile_bytes,
+)
 
 BLOCK_TOKENS = (64, 128, 256, 512)
 BLOCK_MLP = (128, 256, 512)
@@ -69,9 +76,8 @@ class MixtralMoE(Workload):
     template_file = "mixtral_moe.py"
 
     def validate_config(self, config):
-        for key in ("batch", "seq_len", "emb_dim", "mlp_dim", "num_experts", "num_experts_per_tok"):
-            if not isinstance(config[key], int) or config[key] < 1:
-                raise ValueError(f"mixtral_moe: {key} must be a positive int, got {config[key]!r}")
+        require_positive_ints(self.name, config, ("batch", "seq_len", "emb_dim", "mlp_dim", "num_experts",
+                                                  "num_experts_per_tok"))
         if config["num_experts_per_tok"] > config["num_experts"]:
             raise ValueError(f"mixtral_moe: num_experts_per_tok={config['num_experts_per_tok']} exceeds "
                              f"num_experts={config['num_experts']}")

@@ -33,7 +33,15 @@ import math
 import jax
 import jax.numpy as jnp
 
-from .base import Knob, ScheduleSpace, Workload, indivisible, over_vmem, tile_bytes
+from .base import (
+    Knob,
+    ScheduleSpace,
+    Workload,
+    indivisible,
+    over_vmem,
+    require_positive_ints,
+    tile_bytes,
+)
 
 BLOCKS = (128, 256, 512, 1024, 2048)
 
@@ -150,10 +158,9 @@ class MLAAttention(Workload):
         )
 
     def validate_config(self, config):
-        for key in ("batch", "seq_len", "emb_dim", "num_heads", "q_lora_rank", "kv_lora_rank",
-                    "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "rope_theta"):
-            if not isinstance(config[key], int) or config[key] < 1:
-                raise ValueError(f"{self.name}: {key} must be a positive int, got {config[key]!r}")
+        require_positive_ints(self.name, config, ("batch", "seq_len", "emb_dim", "num_heads", "q_lora_rank",
+                                                  "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+                                                  "v_head_dim", "rope_theta"))
         if config["seq_len"] % 128:
             raise ValueError(f"{self.name}: seq_len={config['seq_len']} must be a multiple of 128 (the smallest block)")
         if config["qk_rope_head_dim"] % 2:

@@ -41,7 +41,15 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .base import Knob, ScheduleSpace, Workload, indivisible, over_vmem, tile_bytes
+from .base import (
+    Knob,
+    ScheduleSpace,
+    Workload,
+    indivisible,
+    over_vmem,
+    require_positive_ints,
+    tile_bytes,
+)
 
 PAGE_BLOCKS = (4, 8, 16, 32)
 MASK_VALUE = -1e30
@@ -70,9 +78,7 @@ class PagedAttention(Workload):
 
     def validate_config(self, config):
         keys = ("num_seqs", "max_seq_len", "num_query_heads", "num_kv_heads", "head_dim", "page_size", "pages_per_seq")
-        for key in keys:
-            if not isinstance(config[key], int) or config[key] < 1:
-                raise ValueError(f"{self.name}: {key} must be a positive int, got {config[key]!r}")
+        require_positive_ints(self.name, config, keys)
         if config["max_seq_len"] != config["page_size"] * config["pages_per_seq"]:
             raise ValueError(f"{self.name}: max_seq_len={config['max_seq_len']} must equal page_size * pages_per_seq "
                              f"= {config['page_size'] * config['pages_per_seq']}")

@@ -20,7 +20,15 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .base import Knob, ScheduleSpace, Workload, indivisible, matmul_vmem_bytes, over_vmem
+from .base import (
+    Knob,
+    ScheduleSpace,
+    Workload,
+    indivisible,
+    matmul_vmem_bytes,
+    over_vmem,
+    require_positive_ints,
+)
 
 BLOCKS_MK = (128, 256, 512, 1024)
 BLOCKS_N = (128, 256, 512, 1024, 2048)
@@ -40,9 +48,7 @@ class RaggedDot(Workload):
     template_file = "ragged_dot.py"
 
     def validate_config(self, config):
-        for key in ("num_groups", "M", "K", "N"):
-            if not isinstance(config[key], int) or config[key] < 1:
-                raise ValueError(f"ragged_dot: {key} must be a positive int, got {config[key]!r}")
+        require_positive_ints(self.name, config, ("num_groups", "M", "K", "N"))
         if config["M"] % config["num_groups"]:
             raise ValueError(f"ragged_dot: M={config['M']} must be a multiple of num_groups={config['num_groups']}")
         for key in ("K", "N"):

@@ -53,7 +53,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .base import Knob, ScheduleSpace, Workload, indivisible, over_vmem, tile_bytes
+from .base import (
+    Knob,
+    ScheduleSpace,
+    Workload,
+    indivisible,
+    over_vmem,
+    require_positive_ints,
+    tile_bytes,
+)
 
 MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)
 ROW_CHUNK = 64  # query rows per step of the reference's per-sequence loop
@@ -100,9 +108,7 @@ class RaggedPagedAttention(Workload):
     def validate_config(self, config):
         keys = ("max_num_batched_tokens", "max_num_seqs", "num_q_heads", "num_kv_heads", "head_dim", "page_size",
                 "pages_per_seq")
-        for key in keys:
-            if not isinstance(config[key], int) or config[key] < 1:
-                raise ValueError(f"{self.name}: {key} must be a positive int, got {config[key]!r}")
+        require_positive_ints(self.name, config, keys)
         if config["num_q_heads"] % config["num_kv_heads"] or (config["num_q_heads"] // config["num_kv_heads"]) % 8:
             raise ValueError(f"{self.name}: num_q_heads={config['num_q_heads']} must be a multiple of 8 * "
                              f"num_kv_heads={config['num_kv_heads']} (query heads per KV head fill a sublane tile)")

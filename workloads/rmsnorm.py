@@ -17,7 +17,14 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .base import Knob, ScheduleSpace, Workload, over_vmem, tile_bytes
+from .base import (
+    Knob,
+    ScheduleSpace,
+    Workload,
+    over_vmem,
+    require_positive_ints,
+    tile_bytes,
+)
 
 BLOCK_ROWS = (8, 16, 32, 64, 128, 256, 512, 1024)
 
@@ -46,9 +53,7 @@ class RMSNorm(Workload):
     template_file = "rmsnorm.py"
 
     def validate_config(self, config):
-        for key in ("batch", "seq_len", "emb_dim"):
-            if not isinstance(config[key], int) or config[key] < 1:
-                raise ValueError(f"rmsnorm: {key} must be a positive int, got {config[key]!r}")
+        require_positive_ints(self.name, config, ("batch", "seq_len", "emb_dim"))
         if config["emb_dim"] % 128:
             raise ValueError(f"rmsnorm: emb_dim={config['emb_dim']} must be a multiple of 128 (the TPU lane width)")
         if (config["batch"] * config["seq_len"]) % 8:

@@ -22,7 +22,15 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .base import Knob, ScheduleSpace, Workload, indivisible, over_vmem, tile_bytes
+from .base import (
+    Knob,
+    ScheduleSpace,
+    Workload,
+    indivisible,
+    over_vmem,
+    require_positive_ints,
+    tile_bytes,
+)
 
 BLOCK_TOKENS = (128, 256, 512, 1024)
 BLOCK_MLP = (128, 256, 512, 1024)
@@ -61,9 +69,7 @@ class SwiGLUMLP(Workload):
     template_file = "swiglu_mlp.py"
 
     def validate_config(self, config):
-        for key in ("batch", "seq_len", "emb_dim", "mlp_dim"):
-            if not isinstance(config[key], int) or config[key] < 1:
-                raise ValueError(f"swiglu_mlp: {key} must be a positive int, got {config[key]!r}")
+        require_positive_ints(self.name, config, ("batch", "seq_len", "emb_dim", "mlp_dim"))
         for key in ("emb_dim", "mlp_dim"):
             if config[key] % 128:
                 raise ValueError(f"swiglu_mlp: {key}={config[key]} must be a multiple of 128 (the TPU lane width)")

@@ -30,7 +30,15 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .base import Knob, ScheduleSpace, Workload, indivisible, over_vmem, tile_bytes
+from .base import (
+    Knob,
+    ScheduleSpace,
+    Workload,
+    indivisible,
+    over_vmem,
+    require_positive_ints,
+    tile_bytes,
+)
 
 BLOCKS_C = (1, 2, 4, 8, 16)
 BLOCKS_N = (128, 256, 512)
@@ -63,9 +71,7 @@ class TriangleMultiplication(Workload):
     template_file = "triangle_multiplication.py"
 
     def validate_config(self, config):
-        for key in ("N", "C"):
-            if not isinstance(config[key], int) or config[key] < 1:
-                raise ValueError(f"triangle_multiplication: {key} must be a positive int, got {config[key]!r}")
+        require_positive_ints(self.name, config, ("N", "C"))
         if config["direction"] != "outgoing":
             raise ValueError(f"triangle_multiplication: direction {config['direction']!r} is not supported; "
                              "JAXBench's workload is 'outgoing'")
