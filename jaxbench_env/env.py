@@ -219,7 +219,8 @@ class JAXBenchEnv(gym.Env):
         lines = [
             f"# Workload {wl.name} ({wl.jaxbench_id}): {wl.description}",
             f"Config: {wl.config}",
-            f"Correctness: allclose(atol={wl.atol}, rtol={wl.rtol}) against the reference, 3 random seeds.",
+            "Correctness: allclose(atol={}, rtol={}) against the reference, 3 random seeds.".format(
+                *wl.tolerance(wl.config)),
             f"XLA baseline time: {self.evaluator.baseline().time_ms:.4f} ms{predicted}",
             f"Current speedup: {self.current_speedup:.3f}x; best so far: {self.best_speedup:.3f}x; "
             f"step {self.steps}/{self.max_steps}",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 import traceback
 import types
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
@@ -23,7 +24,7 @@ from jaxbench_env.tpu import compile_for_v6e
 N_SEEDS = 3
 MAX_ERROR_CHARS = 2000
 
-_inputs_cache: dict = {}  # (workload, config, seed) -> (inputs, reference output)
+_inputs_cache: dict = {}  # (workload, config, seed) -> Expected
 _reference_fns: dict = {}  # (workload, config) -> the jitted reference
 
 
@@ -102,19 +103,64 @@ class _Mismatch(StageError):
         self.max_abs_err = max_abs_err
 
 
-def _reference_case(wl: workloads.Workload, config: dict, seed: int):
+@dataclass(frozen=True)
+class Expected:
+    """What a candidate's output for one seed is judged against."""
+
+    inputs: tuple
+    ref: Any  # the reference's output: the candidate must match its structure, shapes and dtypes
+    target: Any  # the values compared with: ``ref``, or its float32 computation (below)
+    atol: float
+    rtol: float
+
+
+# How far a low-precision reference's own error must stay inside the tolerance (see expected()).
+NOISE_MARGIN = 2.0
+
+
+def _jitted_reference(wl: workloads.Workload, config: dict):
     import jax
 
     at = (wl.name, repr(sorted(config.items())))
     if at not in _reference_fns:  # one jit per config, so the seeds share its compilation
         _reference_fns[at] = jax.jit(lambda *a: wl.reference(config, *a))
-    key = (*at, seed)
+    return _reference_fns[at]
+
+
+def _tolerance_used(out, target, atol: float, rtol: float) -> float:
+    """max |out - target| / (atol + rtol |target|): 1 is the edge of allclose."""
+    o, t = np.asarray(out, np.float32), np.asarray(target, np.float32)
+    return float(np.max(np.abs(o - t) / (atol + rtol * np.abs(t)))) if t.size else 0.0
+
+
+def expected(wl: workloads.Workload, config: dict, seed: int) -> Expected:
+    """The inputs, reference and tolerance for ``seed`` (cached per worker).
+
+    Workloads with ``float32_check`` run in a low-precision dtype are compared with the
+    reference computed in float32 on the same inputs. Where the low-precision reference
+    itself deviates from that by more than half the tolerance, atol and rtol are widened
+    by the same factor until it is within half: a kernel as accurate as the XLA baseline
+    passes, and rounding differently from it is not an error.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    key = (wl.name, repr(sorted(config.items())), seed)
     if key not in _inputs_cache:
         inputs = wl.make_inputs(config, seed)
-        ref = _reference_fns[at](*inputs)
+        ref = jax.block_until_ready(_jitted_reference(wl, config)(*inputs))
+        atol, rtol = wl.tolerance(config)
+        target = ref
+        if wl.float32_check and config.get("dtype", "float32") != "float32":
+            upcast = [a.astype(jnp.float32) if jnp.issubdtype(a.dtype, jnp.floating) else a for a in inputs]
+            target = jax.block_until_ready(_jitted_reference(wl, {**config, "dtype": "float32"})(*upcast))
+            noise = max(_tolerance_used(r, t, atol, rtol)
+                        for r, t in zip(jax.tree_util.tree_leaves(ref), jax.tree_util.tree_leaves(target)))
+            widen = max(1.0, NOISE_MARGIN * noise)
+            atol, rtol = atol * widen, rtol * widen
         if len(_inputs_cache) >= 12:  # a worker serves one workload at a time; bound memory anyway
             _inputs_cache.clear()
-        _inputs_cache[key] = (inputs, jax.block_until_ready(ref))
+        _inputs_cache[key] = Expected(inputs, ref, target, atol, rtol)
     return _inputs_cache[key]
 
 
@@ -127,19 +173,19 @@ def check(module, wl: workloads.Workload, on_tpu: bool) -> float:
     fn = jax.jit(module.workload)
     worst = 0.0
     for seed in range(N_SEEDS):
-        inputs, ref = _reference_case(wl, config, seed)
+        case = expected(wl, config, seed)
         try:
             if on_tpu:
-                out = jax.block_until_ready(fn(*inputs))
+                out = jax.block_until_ready(fn(*case.inputs))
             else:
                 from jax.experimental.pallas import tpu as pltpu
 
                 with pltpu.force_tpu_interpret_mode():
-                    out = jax.block_until_ready(fn(*inputs))
+                    out = jax.block_until_ready(fn(*case.inputs))
         except Exception as e:  # noqa: BLE001
             raise StageError(f"calling workload failed (seed {seed}): {_short(e)}\n{_candidate_frames(e)}") from None
-        check_structure(out, ref)
-        worst = max(worst, compare_outputs(out, ref, wl.atol, wl.rtol))
+        check_structure(out, case.ref)
+        worst = max(worst, compare_outputs(out, case.target, case.atol, case.rtol))
     return worst
 
 

@@ -20,8 +20,9 @@ def test_list_json(cli):
         assert {"name", "jaxbench_id", "category"} <= set(r)
     gemm = next(r for r in rows if r["name"] == "gemm")
     assert gemm["jaxbench_id"] == "8p" and gemm["category"] == "matmul"
-    # JAXBench's 17 production workloads, 1p-17p, eight of them with an expert kernel.
-    assert sorted(int(r["jaxbench_id"][:-1]) for r in rows if r["jaxbench_id"].endswith("p")) == list(range(1, 18))
+    # JAXBench's 50: 17 production workloads (1p-17p), eight of them with an expert kernel,
+    # then the 33 KernelBench ones (18k-50k), in JAXBench's order.
+    assert [r["jaxbench_id"] for r in rows] == [f"{i}p" for i in range(1, 18)] + [f"{i}k" for i in range(18, 51)]
     assert {r["name"] for r in rows if r["expert"]} == {
         "flash_attention", "gqa_attention", "mla_attention", "sparse_attention", "paged_attention",
         "ragged_paged_attention", "gemm", "megablox_gmm"}

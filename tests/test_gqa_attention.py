@@ -62,7 +62,7 @@ def test_seed0_is_spec_inputs():
 
 def test_reference_matches_float64():
     (q, k, v), ref = C.inputs(0), C.ref(0)
-    assert ref.shape == q.shape and C._ref(q, k, v).dtype == jnp.bfloat16
+    assert ref.shape == q.shape and C.expected(0).ref.dtype == jnp.bfloat16
     for h in (0, 15, 16, 31):  # both ends of both KV groups
         exact = numpy_gqa_head(q, k, v, h)
         assert np.allclose(exact, ref[0, :, h], atol=W.atol, rtol=W.rtol)

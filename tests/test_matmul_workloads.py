@@ -1,0 +1,186 @@
+"""The 25 KernelBench matmul workloads at check size: references against independent
+float64 NumPy (``kb_numpy``), seeded inputs, degenerate outputs rejected, the family
+template at non-default schedules in interpret mode, and the schedule space's rules.
+
+The template default of every workload is checked (compiled at full size, correct at
+check size) by test_env's check_env test."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import kb_numpy
+import numpy as np
+import pytest
+from harness import AtCheckSize, assert_template_correct, schedule_id
+
+import workloads
+from jaxbench_env import pipeline
+from workloads import kernelbench as kb
+from workloads.matmul_workloads import MATMUL_WORKLOADS
+
+NAMES = [cls.name for cls in MATMUL_WORKLOADS]
+AT = {name: AtCheckSize(workloads.get(name)) for name in NAMES}
+
+
+def f64(arrays):
+    return [np.asarray(jnp.asarray(a, jnp.float32), np.float64) for a in arrays]
+
+
+def test_all_25_have_independent_formulations():
+    assert len(MATMUL_WORKLOADS) == 25 and set(NAMES) == set(kb_numpy.FORMULATIONS)
+    assert {cls.jaxbench_id for cls in MATMUL_WORKLOADS}.isdisjoint({"18k", "22k", "25k", "28k", "33k", "34k", "39k", "46k"})
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_reference_matches_float64_numpy(name):
+    """bf16 (as JAXBench runs it) within the check's tolerance; float32 within the spec's."""
+    c = AT[name]
+    e = c.expected(0)
+    exact = kb_numpy.FORMULATIONS[name](c.cfg, *f64(e.inputs))
+    assert exact.shape == c.ref(0).shape and np.all(np.isfinite(exact))
+    assert np.allclose(c.ref(0), exact, atol=e.atol, rtol=e.rtol)
+    w32 = workloads.get(name, {"dtype": "float32"})
+    cfg32 = w32.check_config()
+    inputs32 = w32.make_inputs(cfg32, 1)
+    assert all(a.dtype == jnp.float32 for a in inputs32 if jnp.issubdtype(a.dtype, jnp.floating))
+    ref32 = np.asarray(jax.jit(lambda *a: w32.reference(cfg32, *a))(*inputs32))
+    assert ref32.dtype == np.float32
+    assert np.allclose(ref32, kb_numpy.FORMULATIONS[name](cfg32, *f64(inputs32)), atol=w32.atol, rtol=w32.rtol)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_degenerate_outputs_fail_and_accurate_ones_pass(name):
+    c = AT[name]
+    e, ref = c.expected(0), c.ref(0)
+    for bad in (np.zeros_like(ref), np.ones_like(ref), np.full_like(ref, ref.mean())):
+        assert c.rejects(bad), f"{name} accepts a constant output"
+    assert not c.rejects(ref)  # the bf16 reference itself
+    assert not c.rejects(np.asarray(jnp.asarray(e.target).astype(e.ref.dtype), np.float32))  # f32, rounded once
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if AT[n].ref(0).shape[-1] > 1 and AT[n].ref(0).ndim == 2])
+def test_the_bare_matmul_fails(name):
+    """Dropping the epilogue (x @ W + b, rounded) is a plausible wrong kernel."""
+    c = AT[name]
+    params = type(c.w).params
+    at = next(i for i, p in enumerate(params) if p.name == "w")
+    x, w = c.inputs(0)[0], c.inputs(0)[at]
+    transposed = params[at].shape[0] == c.w.n_key  # stored (out, in)
+    bare = np.asarray(jnp.matmul(x, w.T if transposed else w, preferred_element_type=jnp.float32))
+    assert c.rejects(bare)
+
+
+def test_softmax_tolerance_makes_the_check_meaningful():
+    """With the spec's atol=1e-2 an all-zero softmax is within tolerance almost everywhere
+    (workloads.md section 5: 0-18 of 33.5M entries at full size); with 1e-2/N it fails."""
+    for name in ("matmul_dropout_softmax", "gemm_batchnorm_scaling_softmax", "matmul_gelu_softmax"):
+        c = AT[name]
+        target = np.asarray(c.expected(0).target, np.float32)
+        assert np.mean(np.abs(target) > 1e-2 + 1e-2 * np.abs(target)) < 1e-4
+        atol, _ = c.w.tolerance(c.cfg)
+        assert atol == pytest.approx(1e-2 / c.cfg["out_features"])
+        assert c.rejects(np.zeros_like(target)) and c.rejects(np.full_like(target, 1 / target.shape[1]))
+
+
+def test_dead_gemm_of_26k_is_documented_behaviour():
+    c = AT["bmm_instancenorm_sum_residualadd_multiply"]
+    x, y, w, b, in_weight, in_bias = c.inputs(0)
+    assert np.array_equal(c.ref(0), np.asarray((in_bias + y) * y, np.float32))
+
+
+def test_bf16_noise_widens_the_tolerance_only_where_needed():
+    relu = AT["matmul_subtract_multiply_relu"]
+    atol, rtol = relu.w.tolerance(relu.cfg)
+    e = relu.expected(0)
+    assert e.atol / atol == pytest.approx(e.rtol / rtol) and e.atol > atol  # (v - 2) * 1.5 rounds in bf16
+    ratio = np.max(np.abs(relu.ref(0) - np.asarray(e.target)) / (e.atol + e.rtol * np.abs(np.asarray(e.target))))
+    assert ratio == pytest.approx(1 / pipeline.NOISE_MARGIN, rel=1e-3)
+    f32 = workloads.get("matmul_subtract_multiply_relu", {"dtype": "float32"})
+    e32 = pipeline.expected(f32, f32.check_config(), 0)
+    assert (e32.atol, e32.rtol) == f32.tolerance(f32.check_config()) and e32.target is e32.ref
+
+
+def test_seed_zero_draws_the_spec_keys():
+    w = workloads.get("matmul_subtract_multiply_relu", {"batch_size": 8})
+    x, wt, b = w.make_inputs(w.config, 0)
+    kw, kbias = jax.random.split(jax.random.key(kb.KB), 2)
+    assert np.array_equal(x, jax.random.uniform(jax.random.key(0), (8, 8192), jnp.bfloat16))
+    assert np.array_equal(b, jax.random.normal(kbias, (8192,), jnp.bfloat16) * 0.02)
+    assert np.array_equal(wt[:, :4], (jax.random.normal(kw, (8192, 8192), jnp.bfloat16) * 0.02)[:, :4])
+    mixed = workloads.get("bmm_instancenorm_sum_residualadd_multiply", {"batch_size": 8, "in_features": 256,
+                                                                         "out_features": 256})
+    x, y, _, _, in_weight, in_bias = mixed.make_inputs(mixed.config, 0)
+    kx, ky = jax.random.split(jax.random.key(0), 2)
+    assert np.array_equal(y, jax.random.uniform(ky, (8, 256), jnp.bfloat16))
+    assert np.array_equal(in_bias, jax.random.normal(jax.random.split(jax.random.key(42), 3)[2], (256,),
+                                                     jnp.bfloat16) * 0.02)
+    assert np.all(np.asarray(in_weight) == 1)
+    assert not np.array_equal(mixed.make_inputs(mixed.config, 1)[0], x)
+
+
+def test_check_size_keeps_rows_whole_and_activations_at_full_scale():
+    for name in NAMES:
+        w = workloads.get(name)
+        cfg = w.check_config()
+        assert cfg[w.n_key] == w.config[w.n_key] and w.space().check(w.space().default()) is None
+        assert w.schedule_space(cfg).check(w.space().default()) is None
+    full = workloads.get("gemm_add_relu", {"batch_size": 8})
+    wfull = full.make_inputs(full.config, 0)[1]
+    wcheck = AT["gemm_add_relu"].inputs(0)[1]
+    ratio = float(jnp.std(wcheck.astype(jnp.float32)) / jnp.std(wfull.astype(jnp.float32)))
+    assert ratio == pytest.approx(np.sqrt(8192 / 1024), rel=0.02)
+
+
+def test_space_rejects_impossible_schedules():
+    tiles = workloads.get("gemm_add_relu")
+    default = tiles.space().default()
+    assert "divide" in workloads.get("gemm_add_relu", {"batch_size": 384}).space().check(default)
+    assert "VMEM" in tiles.space().check({**default, "block_m": 1024, "block_k": 2048, "block_n": 2048})
+    rows = workloads.get("matmul_dropout_softmax")
+    assert "block_n" not in rows.space().names
+    assert "VMEM" in rows.space().check({**rows.space().default(), "block_m": 1024})
+    coarse = workloads.get("matmul_swish_sum_groupnorm", {"num_groups": 8})  # groups of 512 columns
+    assert "splits the groups" in coarse.space().check({**coarse.space().default(), "block_n": 256})
+
+
+@pytest.mark.parametrize("name,config", [
+    ("gemm_add_relu", {"batch_size": 0}), ("gemm_add_relu", {"in_features": 1.5}),
+    ("gemm_add_relu", {"dtype": "int8"}), ("matmul_swish_sum_groupnorm", {"num_groups": 48}),
+    ("gemm_max_subtract_gelu", {"max_dim": 0}), ("matmul_avgpool_gelu_scale_max", {"pool_kernel_size": 24}),
+    ("gemm_sigmoid_logsumexp", {"hidden_size": 1000}), ("gemm_add_relu", {"out_channels": 3}),
+])
+def test_bad_configs_raise(name, config):
+    with pytest.raises(ValueError):
+        workloads.get(name, config)
+
+
+TILED = {"block_m": 256, "block_k": 512, "block_n": 512, "buffers": 1}
+WHOLE_ROWS = {"block_m": 256, "block_k": 1024, "buffers": 1, "vmem_limit_mib": 64}
+SCHEDULES = [
+    ("matmul_subtract_multiply_relu", TILED),
+    ("matmul_swish_sum_groupnorm", TILED),
+    ("gemm_groupnorm_swish_multiply_swish", {**TILED, "block_n": 256}),
+    ("bmm_instancenorm_sum_residualadd_multiply", {**TILED, "block_n": 2048, "buffers": 2}),
+    ("matmul_dropout_softmax", WHOLE_ROWS),
+    ("gemm_groupnorm_min_biasadd", WHOLE_ROWS),
+    ("gemm_sigmoid_logsumexp", {**WHOLE_ROWS, "block_k": 256}),
+]
+
+
+@pytest.mark.parametrize("name,schedule", SCHEDULES, ids=[f"{n}-{schedule_id(s)}" for n, s in SCHEDULES])
+def test_template_interpret_at_other_schedules(name, schedule):
+    assert_template_correct(AT[name].w, schedule)
+
+
+@pytest.mark.parametrize("name", ["matmul_scaling_residualadd", "matmul_avgpool_gelu_scale_max"])
+def test_template_in_float32(name):
+    assert_template_correct(workloads.get(name, {"dtype": "float32"}), {})
+
+
+def test_rendered_template_is_one_standalone_module():
+    w = AT["gemm_sigmoid_logsumexp"].w
+    src = w.template_source()
+    assert src.count("def fused_matmul(") == 1 and "def logsumexp_epilogue(" in src
+    assert f"SCHEDULE = {w.space().default()!r}" in src
+    assert "import workloads" not in src and "from workloads" not in src

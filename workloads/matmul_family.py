@@ -1,0 +1,154 @@
+"""The KernelBench matmul family: one tiled matmul, each workload states its epilogue.
+
+A workload of this family declares its inputs (``params``), its JAX reference, and a
+short template part: an ``epilogue`` on f32 tiles and the ``workload(*inputs)`` glue that
+calls the family kernel ``fused_matmul`` (``templates/matmul_family.py``). The rendered
+template is the family code, the workload's SCHEDULE and that part, one standalone
+module an agent can edit.
+
+Epilogues that need whole rows (softmax, row reductions, a norm over all features) set
+``whole_rows``: their space has no block_n, the kernel keeps N whole.
+
+Check size: M and the contraction shrink (512 rows, K=1024), N keeps its full size, so
+row reductions, softmax and group norms see full-length rows. Weights are rescaled by
+sqrt(K_full / K) (``kernelbench.fan_in_scale``) so activations keep their full-size spread.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import jax
+import jax.numpy as jnp
+
+from . import kernelbench as kb
+from .base import (
+    Knob,
+    ScheduleSpace,
+    indivisible,
+    matmul_vmem_bytes,
+    over_vmem,
+    tile_bytes,
+)
+
+BLOCKS_M = (128, 256, 512, 1024)
+BLOCKS_K = (256, 512, 1024, 2048)
+BLOCKS_N = (256, 512, 1024, 2048)
+VMEM_LIMITS_MIB = (32, 64, 96)  # v6e has 128 MiB of VMEM; 32 MiB is the default scoped limit
+CHECK_ROWS, CHECK_DEPTH = 512, 1024
+
+
+@dataclass(frozen=True)
+class Param:
+    """One input: its shape (config keys or literal ints), how it is drawn, and its key.
+
+    init: "uniform" U[0,1); "normal" N*scale (0.02 as the spec draws weights); "unit" N(0,1)
+    unscaled; "ones"; "zeros".
+    Random params sharing a base key take ``split(key(base + seed), n)`` in declaration
+    order (the key itself when n = 1). ``fan_in`` names a weight's contraction key.
+    """
+
+    name: str
+    shape: tuple
+    init: str = "normal"
+    key: int = kb.KB
+    fan_in: str | None = None
+    scale: float = 0.02
+
+
+def x_param(m="batch_size", k="in_features", key=kb.K0):
+    return Param("x", (m, k), "uniform", key)
+
+
+def weight(shape, fan_in, init="normal", key=kb.KB):
+    return Param("w", shape, init, key, fan_in)
+
+
+class MatmulWorkload(kb.KernelBenchWorkload):
+    """Base of the matmul-family workloads; subclasses set the attributes below."""
+
+    category = "matmul+epilogue"
+    template_file = "matmul_family.py"
+    params: tuple[Param, ...] = ()
+    m_key, k_key, n_key = "batch_size", "in_features", "out_features"
+    whole_rows = False  # the epilogue needs whole rows: block_n = N
+    group_key: str | None = None  # config key of a group count, for epilogues that norm groups of columns
+    template_part = ""  # the workload's epilogue(s) and workload(*inputs), template source
+
+    @property
+    def check_overrides(self):
+        return {self.m_key: CHECK_ROWS, self.k_key: CHECK_DEPTH}
+
+    extra_dims: tuple[str, ...] = ()  # further config keys that must be positive ints
+
+    @property
+    def dims(self):
+        return (self.m_key, self.k_key, self.n_key, *filter(None, (self.group_key,)), *self.extra_dims)
+
+    # --- inputs -------------------------------------------------------------------------
+    def make_inputs(self, config, seed):
+        dt = self.dt(config)
+        groups: dict[int, list[Param]] = {}
+        for p in self.params:
+            if p.init in ("uniform", "normal", "unit"):
+                groups.setdefault(p.key, []).append(p)
+        key_of = {}
+        for base, members in groups.items():
+            ks = kb.keys(base, len(members), seed) if len(members) > 1 else [jax.random.key(base + seed)]
+            key_of.update({p.name: k for p, k in zip(members, ks)})
+        return tuple(self._draw(p, config, dt, key_of.get(p.name)) for p in self.params)
+
+    def _draw(self, p: Param, config, dt, key):
+        shape = tuple(config[d] if isinstance(d, str) else d for d in p.shape)
+        if p.init == "uniform":
+            return kb.uniform(key, shape, dt)
+        if p.init in ("ones", "zeros"):
+            return (jnp.ones if p.init == "ones" else jnp.zeros)(shape, dt)
+        scale = p.scale if p.init == "normal" else 1.0
+        if p.fan_in:
+            scale *= kb.fan_in_scale(config, self.defaults, p.fan_in)
+        return kb.normal(key, shape, dt, scale)
+
+    def validate_shapes(self, config):
+        if self.group_key and config[self.n_key] % config[self.group_key]:
+            raise ValueError(f"{self.name}: {self.group_key}={config[self.group_key]} must divide "
+                             f"{self.n_key}={config[self.n_key]}")
+
+    # --- template ---------------------------------------------------------------------------
+    def template_source(self) -> str:
+        family = (Path(__file__).parent / "templates" / self.template_file).read_text()
+        schedule = self.schedule_space(self.config).default()
+        return (f"{family}\n\n# --- {self.name} ({self.jaxbench_id}) ---\n\nSCHEDULE = {schedule!r}\n\n\n"
+                + textwrap.dedent(self.template_part).strip() + "\n")
+
+    def group_size(self, config) -> int | None:
+        return config[self.n_key] // config[self.group_key] if self.group_key else None
+
+    def schedule_space(self, config: Mapping[str, Any]) -> ScheduleSpace:
+        dt = config["dtype"]
+        m, k, n = config[self.m_key], config[self.k_key], config[self.n_key]
+        group = self.group_size(config)
+
+        def check(s):
+            bn = s.get("block_n", n)
+            dims = {"block_m": (self.m_key, m), "block_k": (self.k_key, k)}
+            if "block_n" in s:
+                dims["block_n"] = (self.n_key, n)
+            if group and "block_n" in s and bn % group:
+                return f"block_n={bn} splits the groups of {group} columns"
+            # The epilogue's f32 temporaries: about three tiles (e.g. softmax's exp and sum).
+            need = (matmul_vmem_bytes(s["block_m"], s["block_k"], bn, s["buffers"], dt)
+                    + 3 * tile_bytes((s["block_m"], bn), "float32"))
+            return indivisible(dims, s) or over_vmem(need, s["vmem_limit_mib"] * 2**20)
+
+        knobs = [Knob("block_m", BLOCKS_M, 128 if self.whole_rows else 512, "rows of x and of the output per grid step"),
+                 Knob("block_k", BLOCKS_K, 512 if self.whole_rows else 1024, "contraction depth per grid step")]
+        if not self.whole_rows:
+            knobs.append(Knob("block_n", BLOCKS_N, 1024, "output columns per grid step"))
+        knobs += [Knob("buffers", (1, 2), 2, "pipeline buffers for the x and w blocks"),
+                  Knob("vmem_limit_mib", VMEM_LIMITS_MIB, 96 if self.whole_rows else 32,
+                       "scoped VMEM the compiler may use (MiB)")]
+        return ScheduleSpace(knobs, check)

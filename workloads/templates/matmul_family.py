@@ -1,0 +1,130 @@
+"""A tiled matmul with the workload's epilogue fused into it, as a Pallas TPU kernel.
+
+x (M, K) @ w (K, N), or x @ w.T for a w stored (N, K), accumulates over K blocks in an f32
+VMEM scratch. On the last K step the workload's ``epilogue`` maps the f32 tile, and the
+matching blocks of its extra operands, to the output block, so the activation, norm or
+reduction never makes a round trip through HBM. Without ``block_n`` the kernel keeps
+whole rows (block_n = N), which softmax, row reductions and norms over features need.
+
+The workload's own part follows the family code below: its SCHEDULE, its epilogue and
+its ``workload(*inputs)`` glue.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+
+def fused_matmul_kernel(x_ref, w_ref, *refs, epilogue, transpose_w, n_operands):
+    operand_refs, (o_ref, acc_ref) = refs[:n_operands], refs[n_operands:]
+    k = pl.program_id(2)
+
+    @pl.when(k == 0)
+    def _init():
+        acc_ref[...] = jnp.zeros_like(acc_ref)
+
+    contract = ((1,), (1,)) if transpose_w else ((1,), (0,))
+    acc_ref[...] += jax.lax.dot_general(x_ref[...], w_ref[...], (contract, ((), ())),
+                                        preferred_element_type=jnp.float32)
+
+    @pl.when(k == pl.num_programs(2) - 1)
+    def _finish():
+        o_ref[...] = epilogue(acc_ref[...], *(r[...] for r in operand_refs)).astype(o_ref.dtype)
+
+
+def _operand_spec(shape, bm, bn):
+    """Operands are per-column vectors (1, N), full tiles (M, N) or scalars (1, 1)."""
+    if shape[0] == 1:
+        return pl.BlockSpec((1, bn if shape[1] > 1 else 1), lambda i, j, k: (0, j if shape[1] > 1 else 0))
+    return pl.BlockSpec((bm, bn), lambda i, j, k: (i, j))
+
+
+@functools.partial(jax.jit, static_argnames=("epilogue", "transpose_w", "out_cols", "bm", "bk", "bn",
+                                             "buffers", "vmem_limit_mib"))
+def fused_matmul(x, w, operands=(), *, epilogue, transpose_w=False, out_cols=None, bm, bk, bn=None,
+                 buffers=2, vmem_limit_mib=32):
+    """epilogue(x @ w) over (bm, bn) tiles. ``out_cols`` set: the epilogue reduces whole
+    rows to ``out_cols`` columns (needs bn = N)."""
+    m, kdim = x.shape
+    n = w.shape[0] if transpose_w else w.shape[1]
+    bn = bn or n
+    pipeline = {} if buffers == 2 else {"pipeline_mode": pl.Buffered(buffers)}
+    if transpose_w:
+        w_spec = pl.BlockSpec((bn, bk), lambda i, j, k: (j, k), **pipeline)
+    else:
+        w_spec = pl.BlockSpec((bk, bn), lambda i, j, k: (k, j), **pipeline)
+    if out_cols is None:
+        out_spec, out_shape = pl.BlockSpec((bm, bn), lambda i, j, k: (i, j)), (m, n)
+    else:
+        assert bn == n, "a row-reducing epilogue needs whole rows"
+        out_spec, out_shape = pl.BlockSpec((bm, out_cols), lambda i, j, k: (i, 0)), (m, out_cols)
+    kernel = functools.partial(fused_matmul_kernel, epilogue=epilogue, transpose_w=transpose_w,
+                               n_operands=len(operands))
+    return pl.pallas_call(
+        kernel,
+        grid=(m // bm, n // bn, kdim // bk),
+        in_specs=[pl.BlockSpec((bm, bk), lambda i, j, k: (i, k), **pipeline), w_spec,
+                  *(_operand_spec(a.shape, bm, bn) for a in operands)],
+        out_specs=out_spec,
+        out_shape=jax.ShapeDtypeStruct(out_shape, x.dtype),
+        scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32)],
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary"),
+                                             vmem_limit_bytes=vmem_limit_mib * 2**20),
+    )(x, w, *operands)
+
+
+def tiling():
+    """The schedule's tiling arguments for fused_matmul."""
+    s = SCHEDULE
+    return dict(bm=s["block_m"], bk=s["block_k"], bn=s.get("block_n"), buffers=s["buffers"],
+                vmem_limit_mib=s["vmem_limit_mib"])
+
+
+def row(v):
+    """A length-N vector as a (1, N) operand."""
+    return v.reshape(1, -1)
+
+
+# Elementwise pieces the epilogues share, on f32 tiles.
+def gelu(v):
+    return 0.5 * v * (1.0 + jnp.tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)))
+
+
+def swish(v):
+    return v * jax.nn.sigmoid(v)
+
+
+def mish(v):
+    return v * jnp.tanh(jnp.logaddexp(v, 0.0))
+
+
+def softmax_rows(v):
+    e = jnp.exp(v - jnp.max(v, axis=-1, keepdims=True))
+    return e / jnp.sum(e, axis=-1, keepdims=True)
+
+
+def logsumexp_rows(v):
+    top = jnp.max(v, axis=-1, keepdims=True)
+    return top + jnp.log(jnp.sum(jnp.exp(v - top), axis=-1, keepdims=True))
+
+
+def group_mean(v, group):
+    """Each column replaced by the mean of its run of ``group`` columns. A matmul with a
+    block-diagonal averaging matrix, because Mosaic cannot split the lane dimension into
+    (groups, group); done per 256 columns to keep that matrix small."""
+    width = min(256, v.shape[-1])
+    same = (jax.lax.broadcasted_iota(jnp.int32, (width, width), 0) // group
+            == jax.lax.broadcasted_iota(jnp.int32, (width, width), 1) // group)
+    avg = jnp.where(same, 1.0 / group, 0.0).astype(jnp.float32)
+    chunks = [jnp.dot(v[:, c:c + width], avg, precision=jax.lax.Precision.HIGHEST,
+                      preferred_element_type=jnp.float32) for c in range(0, v.shape[-1], width)]
+    return chunks[0] if len(chunks) == 1 else jnp.concatenate(chunks, axis=-1)
+
+
+def group_norm(v, group, eps, weight, bias):
+    """GroupNorm over runs of ``group`` columns (biased variance), then the affine."""
+    centered = v - group_mean(v, group)
+    return centered * jax.lax.rsqrt(group_mean(centered * centered, group) + eps) * weight + bias
