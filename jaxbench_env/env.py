@@ -219,8 +219,9 @@ class JAXBenchEnv(gym.Env):
         lines = [
             f"# Workload {wl.name} ({wl.jaxbench_id}): {wl.description}",
             f"Config: {wl.config}",
-            "Correctness: allclose(atol={}, rtol={}) against the reference, 3 random seeds.".format(
-                *wl.tolerance(wl.config)),
+            "Correctness: allclose(atol={}, rtol={}) against the reference{}, 3 random seeds.".format(
+                *wl.tolerance(wl.config), " computed in float32 (widened to the bf16 reference's own error)"
+                if wl.float32_check and wl.config.get("dtype") != "float32" else ""),
             f"XLA baseline time: {self.evaluator.baseline().time_ms:.4f} ms{predicted}",
             f"Current speedup: {self.current_speedup:.3f}x; best so far: {self.best_speedup:.3f}x; "
             f"step {self.steps}/{self.max_steps}",

@@ -1,3 +1,567 @@
-"""The KernelBench convolution workloads (18k, 22k, 25k, 28k, 33k, 34k, 39k, 46k)."""
+"""The KernelBench convolution workloads (18k, 22k, 25k, 28k, 33k, 34k, 39k, 46k).
 
-CONV_WORKLOADS: tuple = ()
+Each class states its inputs (workloads.md section 3; x ~ U[0,1) keyed by K0, weights
+N*0.02 keyed as the entry says), its plain-JAX reference (NCHW/OIHW, stride 1 VALID,
+default precision) and its template snippet: SCHEDULE defaults, the epilogue fused into the
+family's im2col-matmul kernel (``conv_family``) and the ``workload`` glue.
+
+Check sizes keep the channels and kernel (so the contraction, and the output scale, are the
+full-size ones) and shrink batch and spatial extent so the interpret-mode grid stays small
+(a few steps per sample); the template pads the output positions to its S block, so every
+schedule runs with its own tiling at check size too.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from .conv_family import ConvWorkload, conv
+from .kernelbench import K0, K42, KB, keys, normal, uniform
+
+EPS = 1e-5
+
+
+def channel(v, nd):
+    """A per-channel vector shaped to broadcast over an NC(D)HW array with nd spatial dims."""
+    return v.reshape((-1,) + (1,) * nd)
+
+
+def mish(v):
+    return v * jnp.tanh(jax.nn.softplus(v))
+
+
+class Conv2dReluBiasAdd(ConvWorkload):
+    """18k conv2d_relu_biasadd (KB L2 #1): out = relu(conv(x, w) + conv_bias) + bias.
+
+    Inputs: x (128,64,128,128) from split(K0,2)[0]; w (128,64,3,3), conv_bias (128,), bias
+    (128,1,1) N*0.02 from split(KB,3). Output (128,128,126,126), tolerance 1e-2/1e-2. The
+    epilogue is tile-local, so the kernel tiles the 15876 output positions by block_s.
+    Check size: batch 2, 20x20 (18 x 20 = 360 "wide" positions, padded to the S block).
+    """
+
+    name = "conv2d_relu_biasadd"
+    jaxbench_id = "18k"
+    description = "conv2d 3x3 then relu, + per-channel bias (KB L2 #1)"
+    defaults = {"batch_size": 128, "in_channels": 64, "out_channels": 128, "kernel_size": 3,
+                "height": 128, "width": 128, "dtype": "bfloat16"}
+    check_overrides = {"batch_size": 2, "height": 20, "width": 20}
+    snippet = '''
+SCHEDULE = {"block_s": 2048, "block_k": 1024, "buffers": 2, "patches": "vmem"}
+
+
+def relu_bias_epilogue(acc, mask, conv_bias, bias):
+    return jnp.maximum(acc + conv_bias, 0.0) + bias
+
+
+def workload(x, w, conv_bias, bias):
+    s = SCHEDULE
+    return conv_nd(x, tap_major(w), w.shape[2:], (column(conv_bias), column(bias)), relu_bias_epilogue, block_s=s["block_s"], block_k=s["block_k"], buffers=s["buffers"], patches=s["patches"])
+'''
+
+    def make_inputs(self, config, seed):
+        c, dt = config, self.dt(config)
+        k = c["kernel_size"]
+        x = uniform(keys(K0, 2, seed)[0], (c["batch_size"], c["in_channels"], c["height"], c["width"]), dt)
+        kw, kcb, kb = keys(KB, 3, seed)
+        w = normal(kw, (c["out_channels"], c["in_channels"], k, k), dt)
+        return x, w, normal(kcb, (c["out_channels"],), dt), normal(kb, (c["out_channels"], 1, 1), dt)
+
+    def reference(self, config, x, w, conv_bias, bias):
+        return jax.nn.relu(conv(x, w) + channel(conv_bias, 2)) + bias
+
+
+class Conv2dInstanceNormDivide(ConvWorkload):
+    """22k conv2d_instancenorm_divide (KB L2 #17): InstanceNorm(conv(x, w) + conv_bias) / 2.
+
+    Inputs: x (128,64,128,128) from K0; w (128,64,3,3), conv_bias (128,) N*0.02 from
+    split(KB,2); in_weight = 1, in_bias = 0. InstanceNorm normalises over (H, W) per (n, c),
+    eps 1e-5, biased variance with f32 accumulation (jnp.var), then the affine parameters;
+    then / divide_by. Output (128,128,126,126). The kernel's block spans all of S (the
+    statistics need the whole image).
+
+    Tolerance (workloads.md section 7): the bf16 reference carries its own rounding noise:
+    the conv output is rounded to bf16 and the normalisation divides by the per-image std,
+    amplifying that rounding. Measured max |ref_bf16 - ref_f32| (same bf16 inputs, the
+    reference run in f32): 3.6e-2 at full spatial size (first 4 samples of the spec's
+    inputs), 2.2-2.5e-2 at check size, so a correct kernel computing in f32 can fail
+    1e-2/1e-2 against the bf16 reference. Like every KernelBench workload, the check
+    compares with the float32 reference and widens the tolerance just as far as the bf16
+    reference's own error needs (``pipeline.expected``): about 5x here. The output has std
+    0.5 and reaches +-2.3, so a zero output, a constant or the un-normalised conv still fail.
+    Check size: batch 2, 20x20.
+    """
+
+    name = "conv2d_instancenorm_divide"
+    jaxbench_id = "22k"
+    description = "conv2d 3x3, InstanceNorm2d, divide by 2 (KB L2 #17)"
+    defaults = {"batch_size": 128, "in_channels": 64, "out_channels": 128, "kernel_size": 3, "divide_by": 2.0,
+                "height": 128, "width": 128, "dtype": "bfloat16"}
+    check_overrides = {"batch_size": 2, "height": 20, "width": 20}
+    whole_s = True
+    snippet = '''
+SCHEDULE = {"block_k": 1024, "buffers": 2, "patches": "vmem"}
+
+
+def instance_norm_epilogue(acc, mask, conv_bias, in_weight, in_bias, *, eps, divide_by):
+    y = acc + conv_bias
+    d = y - masked_mean(y, mask)
+    var = masked_mean(d * d, mask)
+    return (d * jax.lax.rsqrt(var + eps) * in_weight + in_bias) / divide_by
+
+
+def workload(x, w, conv_bias, in_weight, in_bias):
+    s = SCHEDULE
+    epilogue = functools.partial(instance_norm_epilogue, eps=1e-5, divide_by=float(CONFIG["divide_by"]))
+    return conv_nd(x, tap_major(w), w.shape[2:], (column(conv_bias), column(in_weight), column(in_bias)), epilogue,
+                   block_s=None, block_k=s["block_k"], buffers=s["buffers"], patches=s["patches"])
+'''
+
+    def validate_shapes(self, config):
+        super().validate_shapes(config)
+        if not isinstance(config["divide_by"], (int, float)) or config["divide_by"] == 0:
+            raise ValueError(f"{self.name}: divide_by must be a non-zero number, got {config['divide_by']!r}")
+
+    def make_inputs(self, config, seed):
+        c, dt = config, self.dt(config)
+        k, co = c["kernel_size"], c["out_channels"]
+        x = uniform(jax.random.key(K0 + seed), (c["batch_size"], c["in_channels"], c["height"], c["width"]), dt)
+        kw, kcb = keys(KB, 2, seed)
+        w = normal(kw, (co, c["in_channels"], k, k), dt)
+        return x, w, normal(kcb, (co,), dt), jnp.ones((co,), dt), jnp.zeros((co,), dt)
+
+    def reference(self, config, x, w, conv_bias, in_weight, in_bias):
+        y = conv(x, w) + channel(conv_bias, 2)
+        mean = jnp.mean(y, axis=(2, 3), keepdims=True)
+        var = jnp.var(y, axis=(2, 3), keepdims=True)
+        y = (y - mean) / jnp.sqrt(var + EPS) * channel(in_weight, 2) + channel(in_bias, 2)
+        return y / config["divide_by"]
+
+
+class Conv3dGroupNormMean(ConvWorkload):
+    """25k conv3d_groupnorm_mean (KB L2 #23): mean over (C,D,H,W) of GroupNorm(conv3d(x) + b).
+
+    Inputs: x (128,3,24,32,32); w (24,3,3,3,3), conv_bias, beta (24,) N*0.02 from
+    split(K42,3); gamma. GroupNorm: 8 groups of 3 channels, statistics over (channels in
+    group, D, H, W), eps 1e-5, f32 accumulation. Output (128,), tolerance 1e-2/1e-2.
+
+    Input fix (workloads.md section 5): with gamma = 1 the output is exactly mean(beta) for
+    every row, independent of x and the conv (-0.005 in f32: an all-zero output passed).
+    Two minimal changes, math and shapes kept:
+    * gamma ~ N(0,1) from fold_in(key(42 + seed), 3) instead of ones: the output becomes
+      mean(beta) + mean_c gamma_c (mu_c - mu_group)/sigma_group, which depends on the conv;
+    * x = U[0,1) (from K0, as before) times a per-sample scale U[0.2, 2) from
+      fold_in(key(0 + seed), 1): with iid U[0,1) images every sample's statistics agree to
+      ~1e-3, so a constant vector over the batch would pass; the scale changes the balance of
+      conv_bias against the conv in each sample's normalised output.
+    Measured at full size (seed 0, bf16): outputs in [-0.238, -0.144] (std 0.024) instead of
+    mean(beta) = -0.011 everywhere; the all-zero output misses by up to 0.24 (19x the
+    allowance), the batch-mean constant by 0.077 (6x); the bf16 reference's own noise is
+    1.2e-3.
+    The kernel's block spans all of S (one grid step per sample reduces the whole volume).
+    Check size: batch 8 (so "constant over the batch" is meaningful), 8x10x10.
+    """
+
+    name = "conv3d_groupnorm_mean"
+    jaxbench_id = "25k"
+    group_key = "num_groups"
+    category = "conv+norm+reduction"
+    description = "conv3d 3x3x3, GroupNorm(8), mean over C,D,H,W (KB L2 #23)"
+    spatial = ("depth", "height", "width")
+    channel_keys = ConvWorkload.channel_keys + ("num_groups",)
+    defaults = {"batch_size": 128, "in_channels": 3, "out_channels": 24, "kernel_size": 3, "num_groups": 8,
+                "depth": 24, "height": 32, "width": 32, "dtype": "bfloat16"}
+    check_overrides = {"batch_size": 8, "depth": 8, "height": 10, "width": 10}
+    whole_s = True
+    reduce_s = True
+    snippet = '''
+SCHEDULE = {"block_k": 1024, "buffers": 2, "patches": "vmem"}
+
+
+def group_norm_mean_epilogue(acc, mask, conv_bias, groups, gamma, beta, *, group_size, eps):
+    z = group_norm(acc + conv_bias, mask, groups, group_size, eps) * gamma + beta
+    return jnp.sum(jnp.sum(z * mask, axis=1, keepdims=True), axis=0, keepdims=True)
+
+
+def workload(x, w, conv_bias, gamma, beta):
+    s = SCHEDULE
+    c = w.shape[0]
+    epilogue = functools.partial(group_norm_mean_epilogue, group_size=c // CONFIG["num_groups"], eps=1e-5)
+    params = (column(conv_bias), group_matrix(c, CONFIG["num_groups"]), column(gamma), column(beta))
+    sums = conv_nd(x, tap_major(w), w.shape[2:], params, epilogue, block_s=None, block_k=s["block_k"],
+                   buffers=s["buffers"], patches=s["patches"], out_rows=1, reduce=True)
+    volume = math.prod(d - k + 1 for d, k in zip(x.shape[2:], w.shape[2:]))
+    return (sums[:, 0] / (c * volume)).astype(x.dtype)
+'''
+
+    def out_rows(self, config):
+        return 1
+
+
+    def make_inputs(self, config, seed):
+        c, dt = config, self.dt(config)
+        k, co, n = c["kernel_size"], c["out_channels"], c["batch_size"]
+        kx = jax.random.key(K0 + seed)
+        x = uniform(kx, (n, c["in_channels"], c["depth"], c["height"], c["width"]), dt)
+        scale = jax.random.uniform(jax.random.fold_in(kx, 1), (n, 1, 1, 1, 1), dt, 0.2, 2.0)
+        kw, kcb, kbeta = keys(K42, 3, seed)
+        w = normal(kw, (co, c["in_channels"], k, k, k), dt)
+        gamma = normal(jax.random.fold_in(jax.random.key(K42 + seed), 3), (co,), dt, scale=1.0)
+        return x * scale, w, normal(kcb, (co,), dt), gamma, normal(kbeta, (co,), dt)
+
+    def reference(self, config, x, w, conv_bias, gamma, beta):
+        y = conv(x, w) + channel(conv_bias, 3)
+        g = y.reshape(y.shape[0], config["num_groups"], -1)
+        mean = jnp.mean(g, axis=2, keepdims=True)
+        var = jnp.var(g, axis=2, keepdims=True)
+        y = ((g - mean) / jnp.sqrt(var + EPS)).reshape(y.shape) * channel(gamma, 3) + channel(beta, 3)
+        return jnp.mean(y, axis=(1, 2, 3, 4))
+
+
+class ConvTranspose3dLayerNormGeluScaling(ConvWorkload):
+    """28k convtranspose3d_layernorm_gelu_scaling (KB L2 #34).
+
+    Inputs: split(K0,2) -> x (32,32,16,32,32) U[0,1), w (in 32, out 64, 4,4,4) N(0,1)
+    unscaled (IODHW); conv_bias = 0, ln_weight = 1, ln_bias = 0, all (out_channels,).
+    Math: ConvTranspose3d (stride 2, padding 1, kernel 4: zero-insert, flip, pad 2, stride-1
+    conv), + conv_bias; LayerNorm over the LAST axis (W_out = 64), eps 1e-5, variance in the
+    input dtype; ln_weight/ln_bias broadcast along W_out, which works only because
+    2*width == out_channels (workloads.md section 7: other sizes raise ValueError); gelu
+    (tanh), times scaling_factor. Output (32,64,32,64,64), tolerance 5e-2/1e-2.
+
+    Template: the sub-pixel decomposition. Output position 2m + p (parity p per dim) reads
+    input positions m-1..m+1 (the input padded by 1) through kernel taps 3 - 2t + p (t the
+    window offset; taps outside 0..3 are zero). So one 3x3x3 patch matrix of the padded input
+    (KC = 32*27) times a stacked weight (8 parities * 64 rows) gives every output parity; the
+    glue interleaves the parities and applies the LayerNorm over W, gelu and scaling (the
+    norm axis mixes parities, so it is outside the kernel here). The zero-inserted input's
+    patches would need 17 GiB. That glue dominates the predicted time (13.5 of 15.9 ms at
+    full size: XLA's cost analysis charges the parity interleave, whose minor axes are
+    32 wide, and the LayerNorm over the 64-wide minor axis ~24 GB); fusing the norm and
+    writing the final layout from the kernel is the headroom.
+    Check size: batch 2, 4x8x32 (width stays 32: W_out must equal out_channels).
+    """
+
+    name = "convtranspose3d_layernorm_gelu_scaling"
+    jaxbench_id = "28k"
+    category = "conv-transpose+norm"
+    description = "ConvTranspose3d (stride 2), LayerNorm over W, gelu, scaling (KB L2 #34)"
+    spatial = ("depth", "height", "width")
+    channel_keys = ConvWorkload.channel_keys + ("stride", "padding")
+    defaults = {"batch_size": 32, "in_channels": 32, "out_channels": 64, "kernel_size": 4, "stride": 2,
+                "padding": 1, "bias": True, "eps": 1e-5, "scaling_factor": 1.0,
+                "depth": 16, "height": 32, "width": 32, "dtype": "bfloat16"}
+    check_overrides = {"batch_size": 2, "depth": 4, "height": 8}
+    atol = 5e-2
+    snippet = '''
+SCHEDULE = {"block_s": 2048, "block_k": 1024, "buffers": 2, "patches": "vmem"}
+
+
+def subpixel_weight(w):
+    """(Cin, Cout, 4, 4, 4) ConvTranspose weight -> (8*Cout, 27*Cin): rows (pd, ph, pw, cout)
+    = output parities, columns (td, th, tw, cin) = 3x3x3 window offsets on the input padded by 1."""
+    p, t, k = np.arange(2)[:, None, None], np.arange(3)[None, :, None], np.arange(4)[None, None, :]
+    pick = jnp.asarray((k == 3 - 2 * t + p).astype(np.float32))  # (parity, offset, tap)
+    big = jnp.einsum("ioabc,xta,yub,zvc->xyzotuvi", w.astype(jnp.float32), pick, pick, pick,
+                     precision=jax.lax.Precision.HIGHEST)
+    return big.reshape(8 * w.shape[1], -1).astype(w.dtype)
+
+
+def bias_epilogue(acc, mask, bias):
+    return acc + bias
+
+
+def workload(x, w, conv_bias, ln_weight, ln_bias):
+    s = SCHEDULE
+    n, _, d, h, wd = x.shape
+    co = w.shape[1]
+    xp = jnp.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1), (1, 1)))
+    y = conv_nd(xp, subpixel_weight(w), (3, 3, 3), (column(jnp.tile(conv_bias, 8)),), bias_epilogue,
+                block_s=s["block_s"], block_k=s["block_k"], buffers=s["buffers"], patches=s["patches"])
+    y = y.reshape(n, 2, 2, 2, co, d, h, wd).transpose(0, 4, 5, 1, 6, 2, 7, 3).reshape(n, co, 2 * d, 2 * h, 2 * wd)
+    y = y.astype(jnp.float32)
+    mean = jnp.mean(y, axis=-1, keepdims=True)
+    var = jnp.mean(jnp.square(y - mean), axis=-1, keepdims=True)
+    y = (y - mean) * jax.lax.rsqrt(var + CONFIG["eps"]) * ln_weight.astype(jnp.float32) + ln_bias.astype(jnp.float32)
+    return (jax.nn.gelu(y) * CONFIG["scaling_factor"]).astype(x.dtype)
+'''
+
+    def validate_shapes(self, config):
+        c = config
+        if (c["kernel_size"], c["stride"], c["padding"]) != (4, 2, 1):
+            raise ValueError(f"{self.name}: only kernel_size=4, stride=2, padding=1 are supported, got "
+                             f"{c['kernel_size']}, {c['stride']}, {c['padding']}")
+        if c["bias"] is not True:
+            raise ValueError(f"{self.name}: only bias=True is supported (conv_bias is an input)")
+        if 2 * c["width"] != c["out_channels"]:
+            raise ValueError(f"{self.name}: ln_weight/ln_bias have out_channels={c['out_channels']} entries but "
+                             f"broadcast along W_out = 2*width = {2 * c['width']}; they must be equal")
+        if not c["eps"] > 0:
+            raise ValueError(f"{self.name}: eps must be positive, got {c['eps']!r}")
+
+    def out_spatial(self, config):
+        return tuple(2 * config[key] for key in self.spatial)
+
+    def window(self, config):
+        return [config[key] + 2 for key in self.spatial], 3  # 3x3x3 windows on the input padded by 1
+
+    def matmul_rows(self, config):
+        return 8 * config["out_channels"]  # one row block per output parity
+
+    def out_rows(self, config):
+        return self.matmul_rows(config)
+
+    def make_inputs(self, config, seed):
+        c, dt = config, self.dt(config)
+        k, co = c["kernel_size"], c["out_channels"]
+        kx, kw = keys(K0, 2, seed)
+        x = uniform(kx, (c["batch_size"], c["in_channels"], c["depth"], c["height"], c["width"]), dt)
+        w = normal(kw, (c["in_channels"], co, k, k, k), dt, scale=1.0)
+        return x, w, jnp.zeros((co,), dt), jnp.ones((co,), dt), jnp.zeros((co,), dt)
+
+    def reference(self, config, x, w, conv_bias, ln_weight, ln_bias):
+        k, s, p = config["kernel_size"], config["stride"], config["padding"]
+        rhs = jnp.flip(w, (2, 3, 4)).transpose(1, 0, 2, 3, 4)
+        dn = lax.conv_dimension_numbers(x.shape, rhs.shape, ("NCDHW", "OIDHW", "NCDHW"))
+        y = lax.conv_general_dilated(x, rhs, (1, 1, 1), [(k - 1 - p, k - 1 - p)] * 3, lhs_dilation=(s, s, s),
+                                     dimension_numbers=dn)
+        y = y + channel(conv_bias, 3)
+        mean = jnp.mean(y, axis=-1, keepdims=True)
+        var = jnp.mean(jnp.square(y - mean), axis=-1, keepdims=True)
+        y = (y - mean) / jnp.sqrt(var + config["eps"]) * ln_weight + ln_bias
+        return jax.nn.gelu(y) * config["scaling_factor"]
+
+
+class Conv3dMishTanh(ConvWorkload):
+    """33k conv3d_mish_tanh (KB L2 #47): tanh(mish(conv3d(x, w) + b)), softplus as log(1 + e^v).
+
+    Inputs: x (16,32,32,64,64) from K0; w (64,32,3,3,3), b (64,) N*0.02 from split(KB,2).
+    Output (16,64,30,62,62), tolerance 1e-2/1e-2. Tile-local epilogue.
+    Check size: batch 2, 6x18x18 (S = 1024).
+    """
+
+    name = "conv3d_mish_tanh"
+    jaxbench_id = "33k"
+    description = "conv3d 3x3x3, mish, tanh (KB L2 #47)"
+    spatial = ("depth", "height", "width")
+    defaults = {"batch_size": 16, "in_channels": 32, "out_channels": 64, "kernel_size": 3,
+                "depth": 32, "height": 64, "width": 64, "dtype": "bfloat16"}
+    check_overrides = {"batch_size": 2, "depth": 6, "height": 18, "width": 18}
+    snippet = '''
+SCHEDULE = {"block_s": 2048, "block_k": 1024, "buffers": 2, "patches": "vmem"}
+
+
+def mish_tanh_epilogue(acc, mask, bias):
+    v = acc + bias
+    softplus = jnp.maximum(v, 0.0) + jnp.log(1.0 + jnp.exp(-jnp.abs(v)))  # log(1 + e^v), overflow-free
+    return jnp.tanh(v * jnp.tanh(softplus))
+
+
+def workload(x, w, b):
+    s = SCHEDULE
+    return conv_nd(x, tap_major(w), w.shape[2:], (column(b),), mish_tanh_epilogue,
+                   block_s=s["block_s"], block_k=s["block_k"], buffers=s["buffers"], patches=s["patches"])
+'''
+
+    def make_inputs(self, config, seed):
+        c, dt = config, self.dt(config)
+        k, co = c["kernel_size"], c["out_channels"]
+        x = uniform(jax.random.key(K0 + seed), (c["batch_size"], c["in_channels"], c["depth"], c["height"],
+                                               c["width"]), dt)
+        kw, kb = keys(KB, 2, seed)
+        return x, normal(kw, (co, c["in_channels"], k, k, k), dt), normal(kb, (co,), dt)
+
+    def reference(self, config, x, w, b):
+        v = conv(x, w) + channel(b, 3)
+        return jnp.tanh(v * jnp.tanh(jnp.log(1 + jnp.exp(v))))
+
+
+class Conv2dActivationBatchNorm(ConvWorkload):
+    """34k conv2d_activation_batchnorm (KB L2 #52): BatchNorm2d(mish(conv(x, w) + conv_bias)).
+
+    Inputs: split(K0,3) -> x (64,64,128,128), w (128,64,3,3) N(0,1) and conv_bias (128,)
+    N(0,1), both unscaled; bn_weight = 1, bn_bias = 0. mish = v * tanh(softplus(v)).
+    BatchNorm in training mode: statistics over (N, H, W) per channel, eps 1e-5, variance in
+    the input dtype. Output (64,128,126,126), tolerance 1e-1/1e-2. The kernel fuses bias and
+    mish; the cross-batch statistics stay in the XLA glue after it.
+    Check size: batch 4 (batch statistics over more than one sample), 20x20.
+
+    Tolerance: with unscaled weights the conv output is ~N(+-12, 7) per channel, and the
+    bf16 reference rounds it to bf16 (abs error ~0.03 at |v| ~ 10). In channels whose values
+    are mostly negative, mish(v) ~ v*e^v turns that into a ~3% relative error, which the
+    BatchNorm keeps while scaling those channels' rare large values up to z ~ 36. Measured
+    max |ref_bf16 - ref_f32| (same bf16 inputs): 0.31 at check size, 0.89 at 8x64x64: a
+    correct f32 kernel fails 1e-1/1e-2 against the bf16 reference (the template did, on
+    1 value). The check's float32 comparison widens the tolerance as far as that noise
+    needs (``pipeline.expected``).
+    """
+
+    name = "conv2d_activation_batchnorm"
+    jaxbench_id = "34k"
+    category = "conv+norm"
+    description = "conv2d 3x3, mish, BatchNorm2d training mode (KB L2 #52)"
+    defaults = {"batch_size": 64, "in_channels": 64, "out_channels": 128, "kernel_size": 3,
+                "height": 128, "width": 128, "dtype": "bfloat16"}
+    check_overrides = {"batch_size": 4, "height": 20, "width": 20}
+    atol = 1e-1
+    snippet = '''
+SCHEDULE = {"block_s": 2048, "block_k": 1024, "buffers": 2, "patches": "vmem"}
+
+
+def mish_epilogue(acc, mask, conv_bias):
+    v = acc + conv_bias
+    softplus = jnp.maximum(v, 0.0) + jnp.log(1.0 + jnp.exp(-jnp.abs(v)))
+    return v * jnp.tanh(softplus)
+
+
+def workload(x, w, conv_bias, bn_weight, bn_bias):
+    s = SCHEDULE
+    y = conv_nd(x, tap_major(w), w.shape[2:], (column(conv_bias),), mish_epilogue,
+                block_s=s["block_s"], block_k=s["block_k"], buffers=s["buffers"], patches=s["patches"]).astype(jnp.float32)
+    mean = jnp.mean(y, axis=(0, 2, 3), keepdims=True)
+    var = jnp.mean(jnp.square(y - mean), axis=(0, 2, 3), keepdims=True)
+    scale = (bn_weight.astype(jnp.float32)[:, None, None] * jax.lax.rsqrt(var + 1e-5))
+    return ((y - mean) * scale + bn_bias.astype(jnp.float32)[:, None, None]).astype(x.dtype)
+'''
+
+    def make_inputs(self, config, seed):
+        c, dt = config, self.dt(config)
+        k, co = c["kernel_size"], c["out_channels"]
+        kx, kw, kb = keys(K0, 3, seed)
+        x = uniform(kx, (c["batch_size"], c["in_channels"], c["height"], c["width"]), dt)
+        w = normal(kw, (co, c["in_channels"], k, k), dt, scale=1.0)
+        return x, w, normal(kb, (co,), dt, scale=1.0), jnp.ones((co,), dt), jnp.zeros((co,), dt)
+
+    def reference(self, config, x, w, conv_bias, bn_weight, bn_bias):
+        y = mish(conv(x, w) + channel(conv_bias, 2))
+        mean = jnp.mean(y, axis=(0, 2, 3), keepdims=True)
+        var = jnp.mean(jnp.square(y - mean), axis=(0, 2, 3), keepdims=True)
+        return (y - mean) / jnp.sqrt(var + EPS) * channel(bn_weight, 2) + channel(bn_bias, 2)
+
+
+class Conv2dGeluGlobalAvgPool(ConvWorkload):
+    """39k conv2d_gelu_globalavgpool (KB L2 #67): mean over (H, W) of gelu(conv(x, w) + b).
+
+    Inputs: x (128,8,256,256) from K0; w (64,8,3,3), b (64,) N*0.02 from split(KB,2).
+    Output (128,64), tolerance 1e-2/1e-2. The kernel sums gelu over the S blocks of each
+    sample (columns beyond S masked out) and the glue divides by S.
+    Check size: batch 2, 30x30 (28 x 30 = 840 wide positions: wrap-around columns and a
+    padded last S block at every block_s, both masked out of the sums).
+    """
+
+    name = "conv2d_gelu_globalavgpool"
+    jaxbench_id = "39k"
+    category = "conv+pool"
+    description = "conv2d 3x3, gelu, global average pool (KB L2 #67)"
+    defaults = {"batch_size": 128, "in_channels": 8, "out_channels": 64, "kernel_size": 3,
+                "height": 256, "width": 256, "dtype": "bfloat16"}
+    check_overrides = {"batch_size": 2, "height": 30, "width": 30}
+    reduce_s = True
+    default_block_s = 8192
+    snippet = '''
+SCHEDULE = {"block_s": 8192, "block_k": 1024, "buffers": 2, "patches": "vmem"}
+
+
+def gelu_sum_epilogue(acc, mask, bias):
+    return jnp.sum(jax.nn.gelu(acc + bias) * mask, axis=1, keepdims=True)
+
+
+def workload(x, w, b):
+    s = SCHEDULE
+    sums = conv_nd(x, tap_major(w), w.shape[2:], (column(b),), gelu_sum_epilogue,
+                   block_s=s["block_s"], block_k=s["block_k"], buffers=s["buffers"], patches=s["patches"], reduce=True)
+    positions = math.prod(d - k + 1 for d, k in zip(x.shape[2:], w.shape[2:]))
+    return (sums / positions).astype(x.dtype)
+'''
+
+    def make_inputs(self, config, seed):
+        c, dt = config, self.dt(config)
+        k, co = c["kernel_size"], c["out_channels"]
+        x = uniform(jax.random.key(K0 + seed), (c["batch_size"], c["in_channels"], c["height"], c["width"]), dt)
+        kw, kb = keys(KB, 2, seed)
+        return x, normal(kw, (co, c["in_channels"], k, k), dt), normal(kb, (co,), dt)
+
+    def reference(self, config, x, w, b):
+        return jnp.mean(jax.nn.gelu(conv(x, w) + channel(b, 2)), axis=(2, 3))
+
+
+class Conv2dGroupNormTanhHardSwishResidualAddLogSumExp(ConvWorkload):
+    """46k conv2d_groupnorm_tanh_hardswish_residualadd_logsumexp (KB L2 #92).
+
+    Inputs: x (128,8,128,128) from K0; w (64,8,3,3), conv_bias (64,) N*0.02 from
+    split(K42,2); gn_weight = 1, gn_bias = 0. Math: c = conv(x, w) + conv_bias; GroupNorm
+    (16 groups of 4 channels, eps 1e-5, f32 accumulation); t = tanh; hs = t*clip(t+3,0,6)/6;
+    out = logsumexp over channels of (c + hs), keepdims. Output (128,1,126,126), tolerance
+    1e-2/1e-2. The kernel's block spans all of S (group statistics need the whole image) and
+    the channel logsumexp collapses the tile to one row, so only (1, S) leaves VMEM.
+    Check size: batch 2, 20x20.
+
+    A weak but not vacuous check (not fixed: the spec lists no fix): the logsumexp over 64
+    channels of small values sits near log(64) = 4.16; measured at full spatial size (first
+    2 samples) the output spans [4.16, 4.44] with std 0.037, about one bf16 ulp (0.031 at
+    4). A constant (the mean) fails on 8% of the entries (by up to 2.8x the allowance); the
+    bf16 reference's own noise is 0.31 of the allowance (0.47 at check size).
+    """
+
+    name = "conv2d_groupnorm_tanh_hardswish_residualadd_logsumexp"
+    jaxbench_id = "46k"
+    group_key = "groups"
+    category = "conv+norm+reduction"
+    description = "conv2d 3x3, GroupNorm(16), tanh, hardswish, residual add, logsumexp over C (KB L2 #92)"
+    channel_keys = ConvWorkload.channel_keys + ("groups",)
+    defaults = {"batch_size": 128, "in_channels": 8, "out_channels": 64, "kernel_size": 3, "groups": 16,
+                "height": 128, "width": 128, "dtype": "bfloat16"}
+    check_overrides = {"batch_size": 2, "height": 20, "width": 20}
+    whole_s = True
+    default_patches = "hbm"
+    snippet = '''
+SCHEDULE = {"block_k": 1024, "buffers": 2, "patches": "hbm"}
+
+
+def norm_act_lse_epilogue(acc, mask, conv_bias, groups, gn_weight, gn_bias, *, group_size, eps):
+    c = acc + conv_bias
+    t = jnp.tanh(group_norm(c, mask, groups, group_size, eps) * gn_weight + gn_bias)
+    r = c + t * jnp.clip(t + 3.0, 0.0, 6.0) / 6.0
+    m = jnp.max(r, axis=0, keepdims=True)
+    return m + jnp.log(jnp.sum(jnp.exp(r - m), axis=0, keepdims=True))
+
+
+def workload(x, w, conv_bias, gn_weight, gn_bias):
+    s = SCHEDULE
+    c = w.shape[0]
+    epilogue = functools.partial(norm_act_lse_epilogue, group_size=c // CONFIG["groups"], eps=1e-5)
+    params = (column(conv_bias), group_matrix(c, CONFIG["groups"]), column(gn_weight), column(gn_bias))
+    return conv_nd(x, tap_major(w), w.shape[2:], params, epilogue, block_s=None, block_k=s["block_k"],
+                   buffers=s["buffers"], patches=s["patches"], out_rows=1)
+'''
+
+    def out_rows(self, config):
+        return 1
+
+
+    def make_inputs(self, config, seed):
+        c, dt = config, self.dt(config)
+        k, co = c["kernel_size"], c["out_channels"]
+        x = uniform(jax.random.key(K0 + seed), (c["batch_size"], c["in_channels"], c["height"], c["width"]), dt)
+        kw, kcb = keys(K42, 2, seed)
+        w = normal(kw, (co, c["in_channels"], k, k), dt)
+        return x, w, normal(kcb, (co,), dt), jnp.ones((co,), dt), jnp.zeros((co,), dt)
+
+    def reference(self, config, x, w, conv_bias, gn_weight, gn_bias):
+        c = conv(x, w) + channel(conv_bias, 2)
+        n = c.shape[0]
+        g = c.reshape(n, config["groups"], -1)
+        mean = jnp.mean(g, axis=2, keepdims=True)
+        var = jnp.var(g, axis=2, keepdims=True)
+        y = ((g - mean) / jnp.sqrt(var + EPS)).reshape(c.shape) * channel(gn_weight, 2) + channel(gn_bias, 2)
+        t = jnp.tanh(y)
+        hs = t * jnp.clip(t + 3, 0, 6) / 6
+        return jax.nn.logsumexp(c + hs, axis=1, keepdims=True)
+
+
+CONV_WORKLOADS = (
+    Conv2dReluBiasAdd, Conv2dInstanceNormDivide, Conv3dGroupNormMean, ConvTranspose3dLayerNormGeluScaling,
+    Conv3dMishTanh, Conv2dActivationBatchNorm, Conv2dGeluGlobalAvgPool,
+    Conv2dGroupNormTanhHardSwishResidualAddLogSumExp,
+)

@@ -33,6 +33,14 @@ EPS = 1e-5
 SQUARE = {"batch_size": 4096, "in_features": 8192, "out_features": 8192}  # "as 19k"
 
 
+# The glue of the workloads whose inputs are x, w (in, out), b and whose epilogue is all
+# that differs.
+BIAS_GLUE = """
+    def workload(x, w, b):
+        return fused_matmul(x, w, (row(b),), epilogue=epilogue, **tiling())
+"""
+
+
 def linear(x, w, b=None, transpose=False, precision=None):
     v = jnp.matmul(x, w.T if transpose else w, precision=precision)
     return v if b is None else v + b
@@ -92,10 +100,7 @@ class MatmulSubtractMultiplyRelu(MatmulWorkload):
     def epilogue(acc, b):
         return jnp.maximum((acc + b - CONFIG["subtract_value"]) * CONFIG["multiply_value"], 0.0)
 
-
-    def workload(x, w, b):
-        return fused_matmul(x, w, (row(b),), epilogue=epilogue, **tiling())
-    """
+    """ + BIAS_GLUE
 
 
 class GemmMultiplyLeakyRelu(MatmulWorkload):
@@ -113,10 +118,7 @@ class GemmMultiplyLeakyRelu(MatmulWorkload):
         v = CONFIG["multiplier"] * (acc + b)
         return jnp.where(v >= 0, v, CONFIG["negative_slope"] * v)
 
-
-    def workload(x, w, b):
-        return fused_matmul(x, w, (row(b),), epilogue=epilogue, **tiling())
-    """
+    """ + BIAS_GLUE
 
 
 class MatmulMishMish(MatmulWorkload):
@@ -132,10 +134,7 @@ class MatmulMishMish(MatmulWorkload):
     def epilogue(acc, b):
         return mish(mish(acc + b))
 
-
-    def workload(x, w, b):
-        return fused_matmul(x, w, (row(b),), epilogue=epilogue, **tiling())
-    """
+    """ + BIAS_GLUE
 
 
 class MatmulScalingResidualAdd(MatmulWorkload):
@@ -154,10 +153,7 @@ class MatmulScalingResidualAdd(MatmulWorkload):
         v = acc + b
         return v * CONFIG["scaling_factor"] + v
 
-
-    def workload(x, w, b):
-        return fused_matmul(x, w, (row(b),), epilogue=epilogue, **tiling())
-    """
+    """ + BIAS_GLUE
 
 
 class GemmScalingHardtanhGelu(MatmulWorkload):
@@ -174,10 +170,7 @@ class GemmScalingHardtanhGelu(MatmulWorkload):
     def epilogue(acc, b):
         return gelu(jnp.clip((acc + b) * CONFIG["scaling_factor"], CONFIG["hardtanh_min"], CONFIG["hardtanh_max"]))
 
-
-    def workload(x, w, b):
-        return fused_matmul(x, w, (row(b),), epilogue=epilogue, **tiling())
-    """
+    """ + BIAS_GLUE
 
 
 class MatmulSwishScaling(MatmulWorkload):
@@ -193,10 +186,7 @@ class MatmulSwishScaling(MatmulWorkload):
     def epilogue(acc, b):
         return swish(acc + b) * CONFIG["scaling_factor"]
 
-
-    def workload(x, w, b):
-        return fused_matmul(x, w, (row(b),), epilogue=epilogue, **tiling())
-    """
+    """ + BIAS_GLUE
 
 
 class GemmAddRelu(MatmulWorkload):
@@ -212,10 +202,7 @@ class GemmAddRelu(MatmulWorkload):
     def epilogue(acc, b):
         return jnp.maximum(acc + b, 0.0)
 
-
-    def workload(x, w, b):
-        return fused_matmul(x, w, (row(b),), epilogue=epilogue, **tiling())
-    """
+    """ + BIAS_GLUE
 
 
 class MatmulDivideGelu(MatmulWorkload):
@@ -232,10 +219,7 @@ class MatmulDivideGelu(MatmulWorkload):
     def epilogue(acc, b):
         return gelu((acc + b) / CONFIG["divisor"])
 
-
-    def workload(x, w, b):
-        return fused_matmul(x, w, (row(b),), epilogue=epilogue, **tiling())
-    """
+    """ + BIAS_GLUE
 
 
 class MatmulAddSwishTanhGeluHardtanh(MatmulWorkload):
@@ -613,10 +597,7 @@ class GemmMaxSubtractGelu(RowMatmulWorkload):
         v = acc + b
         return gelu(v - jnp.max(v, axis=-1, keepdims=True))
 
-
-    def workload(x, w, b):
-        return fused_matmul(x, w, (row(b),), epilogue=epilogue, **tiling())
-    """
+    """ + BIAS_GLUE
 
 
 class GemmBatchnormScalingSoftmax(SoftmaxTolerance, RowMatmulWorkload):
@@ -689,10 +670,7 @@ class MatmulGeluSoftmax(SoftmaxTolerance, RowMatmulWorkload):
     def epilogue(acc, b):
         return softmax_rows(gelu(acc + b))
 
-
-    def workload(x, w, b):
-        return fused_matmul(x, w, (row(b),), epilogue=epilogue, **tiling())
-    """
+    """ + BIAS_GLUE
 
 
 MATMUL_WORKLOADS = (

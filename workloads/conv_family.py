@@ -1,0 +1,154 @@
+"""What the 8 KernelBench convolution workloads share: geometry, reference conv, schedule
+space and template rendering.
+
+Every template is the family's kernel module (``templates/conv_family.py``: an im2col matmul
+with the workload's epilogue fused into the kernel) followed by the workload's own snippet
+(its SCHEDULE defaults, epilogue and ``workload(*inputs)`` glue), so the rendered source is
+one standalone module. Knobs:
+
+* ``block_s``: output positions (matmul columns) per grid step, for tile-local epilogues; the
+  glue pads S up to a multiple of it. Workloads whose epilogue needs whole-image statistics
+  (instance/group norm) have no such knob: their block spans all of S.
+* ``block_k``: patch rows (contraction) per grid step; values at least the contraction
+  length mean "all of it" (no padding); smaller ones must divide it padded to 128.
+* ``buffers``: pipeline buffers of the weight and patch (or flat input) blocks.
+* ``patches``: "hbm" (XLA writes the im2col patches, the kernel streams them) or "vmem"
+  (the kernel slices the taps from each sample's flat input held in VMEM; ``block_k`` is
+  then unused).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from jax import lax
+
+from .base import Knob, ScheduleSpace, over_vmem, tile_bytes
+from .kernelbench import KernelBenchWorkload
+
+# Must match VMEM_LIMIT in templates/conv_family.py (the kernel's vmem_limit_bytes).
+VMEM_LIMIT = 100 * 2**20
+BLOCKS_S = (256, 512, 1024, 2048, 4096, 8192)
+BLOCKS_K = (128, 256, 512, 1024)
+# f32 (rows, block_s) temporaries an epilogue keeps live next to the accumulator (estimate).
+EPILOGUE_TEMPS = 3
+
+
+def round_up(n: int, m: int) -> int:
+    return -(-n // m) * m
+
+
+def conv(x, w):
+    """Stride-1 VALID cross-correlation, NC(D)HW input, OI(D)HW weight, default precision."""
+    nd = x.ndim - 2
+    spatial = "DHW"[-nd:]
+    dn = lax.conv_dimension_numbers(x.shape, w.shape, (f"NC{spatial}", f"OI{spatial}", f"NC{spatial}"))
+    return lax.conv_general_dilated(x, w, (1,) * nd, "VALID", dimension_numbers=dn)
+
+
+class ConvWorkload(KernelBenchWorkload):
+    """A conv + epilogue workload. Subclasses set ``spatial`` (config keys of the input's
+    spatial dims), ``snippet`` (the template's workload part), ``whole_s`` (epilogue needs all
+    of S in one block), ``reduce_s`` (the kernel sums over S), ``default_block_s``/``_k``."""
+
+    category = "conv"
+    template_file = "conv_family.py"
+    spatial: tuple[str, ...] = ("height", "width")
+    channel_keys: tuple[str, ...] = ("batch_size", "in_channels", "out_channels", "kernel_size")
+    snippet: str = ""
+    whole_s = False
+    reduce_s = False
+    default_block_s = 2048
+    default_block_k = 1024
+    default_patches = "vmem"
+    group_key: str | None = None  # config key of a GroupNorm's group count, if any
+
+    @property
+    def dims(self):
+        return self.channel_keys + self.spatial
+
+    def validate_shapes(self, config):
+        k = config["kernel_size"]
+        for key in self.spatial:
+            if config[key] < k:
+                raise ValueError(f"{self.name}: {key}={config[key]} is smaller than kernel_size={k}")
+        if self.group_key and config["out_channels"] % config[self.group_key]:
+            raise ValueError(f"{self.name}: out_channels={config['out_channels']} must be a multiple of "
+                             f"{self.group_key}={config[self.group_key]}")
+
+    # --- geometry --------------------------------------------------------------------
+    def out_spatial(self, config) -> tuple[int, ...]:
+        return tuple(config[key] - config["kernel_size"] + 1 for key in self.spatial)
+
+    def window(self, config) -> tuple[list[int], int]:
+        """(spatial dims of the input the template's stride-1 conv slides over, window size)."""
+        return [config[key] for key in self.spatial], config["kernel_size"]
+
+    def matmul_rows(self, config) -> int:
+        return config["out_channels"]
+
+    def matmul_shape(self, config) -> tuple[int, int, int, int]:
+        """(rows R, contraction KC, columns S, output rows) of the kernel's per-sample matmul.
+        S counts the "wide" positions (output rows x the input's trailing extents), as the
+        template's flat windows do."""
+        dims, k = self.window(config)
+        kc = config["in_channels"] * k ** len(dims)
+        wide = (dims[0] - k + 1) * math.prod(dims[1:])
+        return self.matmul_rows(config), kc, wide, self.out_rows(config)
+
+    def out_rows(self, config) -> int:
+        return config["out_channels"]
+
+    # --- template --------------------------------------------------------------------
+    def template_source(self) -> str:
+        family = (Path(__file__).parent / "templates" / self.template_file).read_text()
+        return f"{family}\n\n# ---- {self.name} ({self.jaxbench_id}) ----\n{self.snippet.strip()}\n"
+
+    def flat_input_length(self, config, bs: int) -> int:
+        """Length of a sample's flat input in the template's "vmem" mode: the padded columns
+        plus the largest tap offset, rounded up to 128."""
+        _, _, s, _ = self.matmul_shape(config)
+        dims, k = self.window(config)
+        strides = [math.prod(dims[i + 1:]) for i in range(len(dims))]
+        return round_up(s, bs) + round_up((k - 1) * sum(strides), 128)
+
+    def vmem_bytes(self, config, schedule) -> int:
+        dt = config["dtype"]
+        rows, kc, s, out_rows = self.matmul_shape(config)
+        bs = s if self.whole_s else schedule["block_s"]
+        out = tile_bytes((out_rows, 1), "float32") if self.reduce_s else tile_bytes((out_rows, bs), dt)
+        common = 2 * out + (1 + EPILOGUE_TEMPS) * tile_bytes((rows, bs), "float32")
+        if schedule["patches"] == "vmem":
+            dims, k = self.window(config)
+            taps = k ** len(dims)
+            cin = kc // taps
+            length = self.flat_input_length(config, bs)
+            return (schedule["buffers"] * tile_bytes((cin, length), dt) + taps * tile_bytes((rows, cin), dt)
+                    + 2 * tile_bytes((cin, length - round_up(s, bs) + bs), dt) + common)
+        bk = min(schedule["block_k"], kc)
+        return schedule["buffers"] * (tile_bytes((rows, bk), dt) + tile_bytes((bk, bs), dt)) + common
+
+    def schedule_space(self, config):
+        _, kc, _, _ = self.matmul_shape(config)
+        kcp = round_up(kc, 128)
+
+        def check(s):
+            if s["patches"] == "hbm" and s["block_k"] < kc and kcp % s["block_k"]:
+                return f"block_k={s['block_k']} does not divide the contraction {kc} padded to {kcp}"
+            return over_vmem(self.vmem_bytes(config, s), VMEM_LIMIT)
+
+        knobs = []
+        if not self.whole_s:
+            knobs.append(Knob("block_s", BLOCKS_S, self.default_block_s,
+                              "output positions (matmul columns) per grid step; S is padded to a multiple"))
+        knobs += [
+            Knob("block_k", BLOCKS_K, self.default_block_k,
+                 f"patch rows per grid step (contraction {kc}: >= that, all of it; below, it is padded to {kcp})"),
+            Knob("buffers", (1, 2), 2, "pipeline buffers for the weight and patch blocks (jax 0.10.2 lowers only 1 or 2)"),
+            Knob("patches", ("hbm", "vmem"), self.default_patches,
+                 "im2col by XLA into HBM (streamed in K blocks), or in the kernel from each sample's flat "
+                 "input held in VMEM (block_k unused)"),
+        ]
+        return ScheduleSpace(knobs, check)
+

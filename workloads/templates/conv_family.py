@@ -1,0 +1,250 @@
+"""Convolution + fused epilogue as an im2col matmul Pallas TPU kernel (KernelBench conv family).
+
+The input is flattened over its spatial dims: the window offset (i, j) of a 2-D conv is
+then the flat shift i*W + j, so each of the kernel's taps is one shifted slice of the flat
+input. Its columns are the output positions on the INPUT's grid ("wide" rows: Ho*W
+positions for 2-D), of which those with a column index (and, in 3-D, a row index) past
+the output's extent are wrap-around garbage: the kernel gets a (1, Sp) 0/1 mask of the
+valid ones, and the glue slices them away.
+
+Per batch element the kernel computes the tile acc(R, bs) = Wm(R, KC) @ P[:, s-block]
+(KC = taps*Cin, tap-major) in an f32 VMEM accumulator, then applies the workload's
+``epilogue`` to the finished tile in VMEM and stores it, so the conv output never
+round-trips through HBM before its activation/normalisation. Where P comes from:
+* patches="hbm": XLA writes P (N, KC, Sp) to HBM (one fusion of shifted slices) and the
+  kernel streams it in (block_k, block_s) blocks;
+* patches="vmem": the kernel holds each sample's flat input (Cin, L) in VMEM and slices
+  each tap's (Cin, bs) window itself (one dot per tap): no patch matrix in HBM.
+Two output modes:
+* tile (``reduce=False``): the epilogue maps the (R, bs) tile to an (out_rows, bs) tile.
+  ``block_s=None`` makes one block span all of Sp, for epilogues that need whole-image
+  statistics (instance/group norm: they must weight columns by the mask).
+* reduce (``reduce=True``): the epilogue maps the tile to (out_rows, 1) partial sums
+  (masked), accumulated over the S blocks into an (N, out_rows) f32 output.
+
+The workload's own code (SCHEDULE, epilogue, ``workload``) follows this family code.
+"""
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+# Whole-image blocks (instance/group norm) need more than the 32 MiB default scoped VMEM;
+# v6e has 128 MiB.
+VMEM_LIMIT = 100 * 2**20
+
+
+def round_up(n, m):
+    return -(-n // m) * m
+
+
+def flat_geometry(shape, ksize, block_s):
+    """Flat-window geometry of a stride-1 VALID conv of an (N, C, *spatial) input: the taps'
+    flat offsets, the "wide" grid (out[0] x spatial[1:]) whose positions are the columns,
+    the output's spatial shape, the padded column count Sp (a multiple of block_s; Sw when
+    block_s is None) and the (1, Sp) f32 mask of the columns that are real outputs."""
+    sp = shape[2:]
+    out = [d - k + 1 for d, k in zip(sp, ksize)]
+    wide = [out[0]] + list(sp[1:])
+    sw = math.prod(wide)
+    spad = sw if block_s is None else round_up(sw, block_s)
+    strides = [math.prod(sp[i + 1:]) for i in range(len(sp))]
+    offsets = tuple(sum(o * st for o, st in zip(off, strides)) for off in np.ndindex(*ksize))
+    valid = np.ones(wide, bool)
+    for axis, (o, wdt) in enumerate(zip(out, wide)):
+        index = np.arange(wdt).reshape([-1 if a == axis else 1 for a in range(len(wide))])
+        valid &= index < o
+    mask = np.zeros((1, spad), np.float32)
+    mask[0, :sw] = valid.reshape(-1)
+    return offsets, wide, out, spad, jnp.asarray(mask)
+
+
+def flat_input(x, length):
+    """x (N, C, *spatial) flattened over its spatial dims and zero-padded to ``length``."""
+    xf = x.reshape(x.shape[0], x.shape[1], -1)
+    return jnp.pad(xf, ((0, 0), (0, 0), (0, length - xf.shape[2])))
+
+
+def flat_patches(x, offsets, spad):
+    """The patches (N, taps*C, Sp) in HBM: one shifted slice of the flat input per tap."""
+    xf = flat_input(x, spad + offsets[-1])
+    n, c, _ = xf.shape
+    return jnp.stack([xf[:, :, o:o + spad] for o in offsets], axis=1).reshape(n, len(offsets) * c, spad)
+
+
+def tap_major(w):
+    """O I k.. weight -> (O, taps*I) matrix matching flat_patches' row order (tap, channel)."""
+    return jnp.moveaxis(w, 1, -1).reshape(w.shape[0], -1)
+
+
+def pad_to(a, axis, size):
+    if a.shape[axis] == size:
+        return a
+    widths = [(0, 0)] * a.ndim
+    widths[axis] = (0, size - a.shape[axis])
+    return jnp.pad(a, widths)
+
+
+def taps_dot(w_ref, x_ref, s, *, bs, offsets, halo, single):
+    """In-VMEM im2col: the S block's window [s*bs, s*bs + bs + halo) of the flat input, each
+    tap's weights (R, C) times that tap's shifted (C, bs) slice of the window."""
+    start = 0 if single else pl.multiple_of(s * bs, 128)
+    win = x_ref[:, pl.ds(start, bs + halo)]
+    acc = None
+    for t, o in enumerate(offsets):
+        part = jnp.dot(w_ref[t], win[:, o:o + bs], preferred_element_type=jnp.float32)
+        acc = part if acc is None else acc + part
+    return acc
+
+
+def conv_kernel(w_ref, p_ref, mask_ref, *refs, epilogue, n_params, reduce, taps):
+    params = refs[:n_params]
+    o_ref, acc_ref = refs[n_params], refs[n_params + 1]
+    s, k = pl.program_id(1), pl.program_id(2)
+    last_k = k == pl.num_programs(2) - 1
+
+    @pl.when(k == 0)
+    def _init():
+        acc_ref[...] = jnp.zeros_like(acc_ref)
+
+    if taps is None:  # patches from HBM
+        acc_ref[...] += jnp.dot(w_ref[...], p_ref[...], preferred_element_type=jnp.float32)
+    else:
+        acc_ref[...] += taps_dot(w_ref, p_ref, s, **taps)
+
+    def finished_tile():
+        return epilogue(acc_ref[...], mask_ref[...], *(r[...] for r in params))
+
+    if not reduce:
+        @pl.when(last_k)
+        def _store():
+            o_ref[...] = finished_tile().astype(o_ref.dtype)
+        return
+
+    red_ref = refs[n_params + 2]
+
+    @pl.when((s == 0) & (k == 0))
+    def _init_red():
+        red_ref[...] = jnp.zeros_like(red_ref)
+
+    @pl.when(last_k)
+    def _accumulate():
+        red_ref[...] += finished_tile()
+
+    @pl.when(last_k & (s == pl.num_programs(1) - 1))
+    def _store():
+        o_ref[...] = red_ref[...].astype(o_ref.dtype)
+
+
+@functools.partial(jax.jit, static_argnames=("epilogue", "out_rows", "reduce", "bs", "bk", "buffers", "out_dtype",
+                                             "offsets", "sp"))
+def conv_matmul(wm, patches, mask, params, *, epilogue, out_rows, reduce, bs, bk, buffers, out_dtype,
+                offsets=None, sp=None):
+    """Per batch element: wm (R, KC) @ patches (N, KC, Sp), epilogue fused; or, with the taps'
+    ``offsets``, wm (taps, R, C) against the flat input ``patches`` (N, C, L), whose windows
+    the kernel slices itself (Sp columns). mask (1, Sp) marks valid columns; params are
+    small 2-D arrays (per-channel (R, 1) columns, ...) given whole to every grid step."""
+    pipeline = {} if buffers == 2 else {"pipeline_mode": pl.Buffered(buffers)}
+    n = patches.shape[0]
+    if offsets is None:
+        (rows, kc), sp = wm.shape, patches.shape[2]
+        w_spec = pl.BlockSpec((rows, bk), lambda b, s, k: (0, k), **pipeline)
+        p_spec = pl.BlockSpec((None, bk, bs), lambda b, s, k: (b, k, s), **pipeline)
+        k_steps, taps = kc // bk, None
+    else:
+        rows = wm.shape[1]
+        w_spec = pl.BlockSpec(wm.shape, lambda b, s, k: (0, 0, 0))
+        p_spec = pl.BlockSpec((None, *patches.shape[1:]), lambda b, s, k: (b, 0, 0), **pipeline)
+        k_steps = 1
+        taps = {"bs": bs, "offsets": offsets, "halo": patches.shape[2] - sp, "single": sp == bs}
+    in_specs = [w_spec, p_spec, pl.BlockSpec((1, bs), lambda b, s, k: (0, s))]
+    in_specs += [pl.BlockSpec(p.shape, lambda b, s, k: (0, 0)) for p in params]
+    scratch = [pltpu.VMEM((rows, bs), jnp.float32)]
+    if reduce:
+        out_spec = pl.BlockSpec((None, out_rows, 1), lambda b, s, k: (b, 0, 0))
+        out_shape = jax.ShapeDtypeStruct((n, out_rows, 1), out_dtype)
+        scratch.append(pltpu.VMEM((out_rows, 1), jnp.float32))
+        semantics = ("parallel", "arbitrary", "arbitrary")
+    else:
+        out_spec = pl.BlockSpec((None, out_rows, bs), lambda b, s, k: (b, 0, s))
+        out_shape = jax.ShapeDtypeStruct((n, out_rows, sp), out_dtype)
+        semantics = ("parallel", "parallel", "arbitrary")
+    kernel = functools.partial(conv_kernel, epilogue=epilogue, n_params=len(params), reduce=reduce, taps=taps)
+    return pl.pallas_call(
+        kernel,
+        grid=(n, sp // bs, k_steps),
+        in_specs=in_specs,
+        out_specs=out_spec,
+        out_shape=out_shape,
+        scratch_shapes=scratch,
+        compiler_params=pltpu.CompilerParams(dimension_semantics=semantics, vmem_limit_bytes=VMEM_LIMIT),
+    )(wm, patches, mask, *params)
+
+
+def conv_nd(x, wm, ksize, params, epilogue, *, block_s, block_k, buffers, patches="hbm", out_rows=None,
+            reduce=False, out_dtype=None):
+    """Stride-1 VALID conv of x (N, Cin, *spatial) with the tap-major matrix wm (R, taps*Cin),
+    ``epilogue`` fused. Returns (N, out_rows, *out_spatial) in tile mode, (N, out_rows) f32
+    sums in reduce mode. block_s=None: one block spans all output positions.
+    patches="hbm": XLA writes the patches, the kernel streams them in K blocks (block_k at
+    least the contraction: all of it in one step; below it, the contraction is zero-padded
+    to a multiple of 128 that block_k must divide). patches="vmem": the kernel keeps each
+    sample's flat input in VMEM and slices the taps itself (block_k unused)."""
+    offsets, wide, out, sp, mask = flat_geometry(x.shape, ksize, block_s)
+    bs = sp if block_s is None else block_s
+    rows = wm.shape[0] if out_rows is None else out_rows
+    common = dict(epilogue=epilogue, out_rows=rows, reduce=reduce, bs=bs, buffers=buffers,
+                  out_dtype=jnp.float32 if reduce else (out_dtype or x.dtype))
+    if patches == "vmem":
+        halo = round_up(offsets[-1], 128)
+        wt = wm.reshape(wm.shape[0], len(offsets), -1).transpose(1, 0, 2)
+        y = conv_matmul(wt, flat_input(x, sp + halo), mask, tuple(params), bk=None, offsets=offsets, sp=sp,
+                        **common)
+    else:
+        p = flat_patches(x, offsets, sp)
+        kc = wm.shape[1]
+        kcp = kc if block_k >= kc else round_up(kc, 128)
+        y = conv_matmul(wm if kcp == kc else pad_to(wm, 1, kcp), p if kcp == kc else pad_to(p, 1, kcp), mask,
+                        tuple(params), bk=min(kc, block_k), **common)
+    if reduce:
+        return y[:, :, 0]
+    y = y[:, :, :math.prod(wide)].reshape(y.shape[0], rows, *wide)
+    return y[(slice(None), slice(None)) + tuple(slice(0, o) for o in out)]
+
+
+def column(v):
+    """A per-channel vector as an f32 (C, 1) kernel operand (broadcasts along a tile's columns)."""
+    return v.reshape(-1, 1).astype(jnp.float32)
+
+
+def group_matrix(channels, groups):
+    """(C, C) 0/1 matrix joining the channels of each group: G @ per-channel sums = per-group sums."""
+    g = np.arange(channels) // (channels // groups)
+    return jnp.asarray((g[:, None] == g[None, :]).astype(np.float32))
+
+
+def group_sum(g, v):
+    """Per-group totals of the per-channel (C, 1) column v, repeated per channel. The column is
+    widened to 128 lanes so the product is an ordinary MXU matmul."""
+    wide = jnp.broadcast_to(v, (v.shape[0], 128))
+    return jnp.dot(g, wide, preferred_element_type=jnp.float32)[:, :1]
+
+
+def masked_mean(v, mask):
+    """Per-row mean of the (R, S) tile v over the columns where mask (1, S) is 1."""
+    return jnp.sum(v * mask, axis=1, keepdims=True) / jnp.sum(mask)
+
+
+def group_norm(y, mask, g, group_size, eps):
+    """Normalise the (C, S) tile y per channel group (statistics over the group's channels and
+    the valid columns), variance biased, in f32."""
+    count = group_size * jnp.sum(mask)
+    mean = group_sum(g, jnp.sum(y * mask, axis=1, keepdims=True)) / count
+    d = y - mean
+    var = group_sum(g, jnp.sum(d * d * mask, axis=1, keepdims=True)) / count
+    return d * jax.lax.rsqrt(var + eps)
