@@ -1,6 +1,6 @@
 """Independent float64 NumPy formulations of the KernelBench matmul workloads.
 
-These are written directly from the specification (``/work/shared/workloads.md``,
+These are written directly from JAXBench's workloads specification (workloads.md,
 section 3 "KernelBench tier" and section 7), not from the project's JAX code, so
 that they can serve as an independent check of the JAX references.
 
