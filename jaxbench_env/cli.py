@@ -6,6 +6,7 @@
     jaxbench optimize gemm --policy greedy --steps 20 --out runs/gemm [--json]
     jaxbench optimize gemm --policy llm --base-url http://127.0.0.1:8000/v1 --model m --steps 5 --out runs/llm
     jaxbench optimize gemm --policy expert --steps 1 --out runs/gemm-expert
+    jaxbench sim-report [--json]
 
 Times are predictions of the v6e simulator when the timing source is "v6e-sim" (no TPU
 here) and measurements on a TPU otherwise. Bad input exits with status 2 and one line on
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -233,7 +235,7 @@ def cmd_optimize(args) -> int:
         kwargs = {"base_url": args.base_url, "model": args.model or "default", "api_key": args.api_key}
     elif args.policy == "beam":
         kwargs = {"beam_width": args.beam_width}
-    elif args.policy == "random" and args.seed is not None:
+    elif args.policy in ("random", "gradient") and args.seed is not None:
         kwargs = {"seed": args.seed}
     policy = make_policy(args.policy, **kwargs)
     out = Path(args.out)
@@ -286,6 +288,41 @@ def cmd_optimize(args) -> int:
     return 0
 
 
+def cmd_sim_report(args) -> int:
+    from jaxbench_env.sim import calibrate, calibration
+
+    if args.backend not in ("auto", "sim"):
+        raise UsageError("sim-report reports the simulator: use --backend sim (or leave the default)")
+    rows = calibrate.gather(calibrate.published_rows(), cache_dir=args.cache_dir,
+                            progress=None if args.json else lambda r: print(f"# compiled {r.label}", flush=True))
+    rep = calibrate.report(rows, calibration())
+    rep["gemm_sweep"] = calibrate.gemm_sweep(args.cache_dir)
+    if args.json:
+        print(json.dumps(rep, indent=1))
+        return 0
+    print(f"\nv6e simulator (calibration {rep['calibration']}) against published v6e medians "
+          f"({calibrate.PUBLISHED.name}); times in ms, predicted by the simulator\n")
+    print(f"{'row':<52} {'measured':>9} {'predicted':>9} {'log err':>8} {'optimal_s':>9} {'log err':>8}")
+    for t in rep["rows"]:
+        opt = "-" if t["optimal_ms"] is None else f"{t['optimal_ms']:.3f}"
+        opt_err = "-" if t["optimal_log_error"] is None else f"{t['optimal_log_error']:+.3f}"
+        print(f"{t['row']:<52} {t['measured_ms']:>9.3f} {t['predicted_ms']:>9.3f} {t['log_error']:>+8.3f} "
+              f"{opt:>9} {opt_err:>8}")
+    print()
+    for name in ("simulator", "simulator_on_optimal_rows", "optimal_seconds"):
+        e = rep[name]
+        print(f"{name:<26} {e['rows']:>2} rows  Spearman {e['spearman']:.3f}  median |log error| {e['median_abs_log_error']:.3f} "
+              f"(x{math.exp(e['median_abs_log_error']):.2f})  max |log error| {e['max_abs_log_error']:.3f} "
+              f"(x{math.exp(e['max_abs_log_error']):.2f})")
+    print("\ngemm template at full size (8192x8192 @ 8192x28672), predicted per schedule:")
+    for t in rep["gemm_sweep"]:
+        sched = ", ".join(f"{k}={t['schedule'][k]}" for k in ("block_m", "block_k", "block_n", "buffers"))
+        time_txt = f"{t['time_ms']:.3f} ms ({t['steps']} steps, compute from {t['compute_from']})" \
+            if t["time_ms"] is not None else f"rejected: {short(t['error'], 70)}"
+        print(f"  {sched:<52} {time_txt}")
+    return 0
+
+
 # --- parser ------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
@@ -309,7 +346,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--schedule", help="schedule knobs, KEY=VALUE,... (e.g. block_m=256,order=nm)")
     o = sub.add_parser("optimize", parents=[common], help="run a search policy for N steps")
     o.add_argument("workload")
-    o.add_argument("--policy", required=True, choices=("random", "greedy", "beam", "llm", "expert"))
+    o.add_argument("--policy", required=True, choices=("random", "greedy", "beam", "gradient", "llm", "expert"))
     o.add_argument("--steps", type=int, required=True)
     o.add_argument("--out", required=True, help="directory for best_kernel.py and log.json")
     o.add_argument("--seed", type=int, default=None)
@@ -317,10 +354,13 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--base-url", help="OpenAI-compatible endpoint for --policy llm, e.g. http://127.0.0.1:8000/v1")
     o.add_argument("--model", help="model name for --policy llm")
     o.add_argument("--api-key", default="none", help="API key for --policy llm")
+    sub.add_parser("sim-report", parents=[common],
+                   help="the v6e simulator against published v6e times, and a gemm block-size sweep")
     return p
 
 
-COMMANDS = {"list": cmd_list, "baseline": cmd_baseline, "evaluate": cmd_evaluate, "optimize": cmd_optimize}
+COMMANDS = {"list": cmd_list, "baseline": cmd_baseline, "evaluate": cmd_evaluate, "optimize": cmd_optimize,
+            "sim-report": cmd_sim_report}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -16,13 +16,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
 import workloads
+from jaxbench_env import sim
 from jaxbench_env.cache import ResultCache
 from jaxbench_env.candidate import Candidate, content_key
 from jaxbench_env.worker import DEFAULT_MEMORY_BYTES, DEFAULT_TIMEOUT_S, Worker, WorkerError
 
 BACKENDS = ("auto", "sim", "tpu")
 TIMING_SOURCE = {"sim": "v6e-sim", "tpu": "v6e-measured"}
-CACHE_VERSION = 2  # 2: correct may be None (compile-only experts)
+CACHE_VERSION = 3  # 2: correct may be None (compile-only experts); 3: sim features and fitted constants
 
 
 def tpu_available() -> bool:
@@ -92,7 +93,8 @@ class Evaluator:
         self.cache = ResultCache(cache_dir)
         self.worker = Worker(self.backend, timeout_s=timeout_s, memory_bytes=memory_bytes)
         # Measured times depend on the chip: key them by its type where the TPU VM names it.
-        self._versions = {**_versions(), "tpu_type": os.environ.get("TPU_ACCELERATOR_TYPE") if self.backend == "tpu" else None}
+        self._versions = {**_versions(), "tpu_type": os.environ.get("TPU_ACCELERATOR_TYPE") if self.backend == "tpu" else None,
+                          "sim": sim.calibration().version if self.backend == "sim" else None}
         self._baseline: EvalResult | None = None
 
     def _key(self, candidate: Candidate | None, compile_only: bool) -> str:
@@ -102,8 +104,9 @@ class Evaluator:
             versions=self._versions,
         )
 
-    def _run(self, candidate: Candidate | None) -> EvalResult:
-        compile_only = candidate is not None and self._uninterpretable_expert(candidate)
+    def _run(self, candidate: Candidate | None, check: bool = True) -> EvalResult:
+        expert_unchecked = candidate is not None and self._uninterpretable_expert(candidate)
+        compile_only = candidate is not None and (expert_unchecked or not check)
         key = self._key(candidate, compile_only)
         hit = self.cache.get(key)
         if hit is not None:
@@ -111,7 +114,8 @@ class Evaluator:
         request = {"workload": self.workload.name, "config": self.workload.config, "backend": self.backend,
                    "source": None if candidate is None else candidate.source,
                    "schedule": {} if candidate is None else dict(candidate.schedule),
-                   "compile_only": compile_only}
+                   "compile_only": compile_only,
+                   "unchecked_because": None if expert_unchecked or not compile_only else "not checked: timing only"}
         base = dict(workload=self.workload.name, backend=self.backend, timing_source=self.timing_source)
         try:
             answer = self.worker.call(request)
@@ -145,8 +149,9 @@ class Evaluator:
             self._baseline = result
         return self._baseline
 
-    def evaluate(self, candidate: Candidate) -> EvalResult:
-        result = self._run(candidate)
+    def evaluate(self, candidate: Candidate, check: bool = True) -> EvalResult:
+        """Compile, check (unless ``check`` is False: ``correct`` is then None) and time a candidate."""
+        result = self._run(candidate, check)
         result.baseline_ms = self.baseline().time_ms
         return result
 

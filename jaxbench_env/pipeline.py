@@ -17,8 +17,8 @@ from typing import Any, Mapping
 import numpy as np
 
 import workloads
-from jaxbench_env.sim import V6E, predict_program
-from jaxbench_env.sim.model import pallas_call_eqns, vmem_estimate, vmem_limit
+from jaxbench_env.sim import V6E, bundles, predict_program
+from jaxbench_env.sim.pallas import pallas_call_eqns, vmem_estimate, vmem_limit
 from jaxbench_env.tpu import compile_for_v6e
 
 N_SEEDS = 3
@@ -202,7 +202,7 @@ def _guard_vmem(jaxpr) -> None:
             raise StageError(
                 f"VMEM exhausted: a pallas_call's blocks and scratch need at least {need / 2**20:.1f} MiB, "
                 f"over the v6e's {V6E.vmem_bytes / 2**20:.0f} MiB of VMEM (rejected before compiling; "
-                f"its scoped limit is {vmem_limit(eqn) / 2**20:.0f} MiB)"
+                f"its scoped limit is {vmem_limit(eqn, V6E.scoped_vmem_bytes) / 2**20:.0f} MiB)"
             )
 
 
@@ -215,7 +215,7 @@ def _compile_error(exc: BaseException) -> str:
 
 
 def compile_full(module, wl: workloads.Workload):
-    """AOT-compile the candidate for v6e at full size; returns (jaxpr, compiled)."""
+    """AOT-compile the candidate for v6e at full size; returns (closed jaxpr, compiled, bundle profiles)."""
     import jax
 
     specs = jax.eval_shape(lambda: wl.make_inputs(wl.config, 0))
@@ -224,11 +224,27 @@ def compile_full(module, wl: workloads.Workload):
     except Exception as e:  # noqa: BLE001
         raise StageError(f"tracing workload at full size failed: {_short(e)}\n{_candidate_frames(e)}") from None
     _guard_vmem(traced_only.jaxpr.jaxpr)
+    bundles.collect()  # drop what a failed compile may have left
     try:
         traced, compiled = compile_for_v6e(module.workload, specs)
     except Exception as e:  # noqa: BLE001
         raise StageError(_compile_error(e)) from None
-    return traced.jaxpr.jaxpr, compiled
+    return traced.jaxpr, compiled, bundles.collect()
+
+
+def _prefetch(closed_jaxpr, wl: workloads.Workload) -> dict:
+    """Concrete scalar-prefetch operands on the seed-0 full-size inputs, for kernels that
+    have them: their grids and index maps depend on the data (page tables, group sizes)."""
+    from jaxbench_env.sim.pallas import prefetch_operands
+
+    eqns = pallas_call_eqns(closed_jaxpr.jaxpr)
+    if not any(e.params["grid_mapping"].num_index_operands or e.params["grid_mapping"].num_dynamic_grid_bounds
+               for e in eqns):
+        return {}
+    try:
+        return prefetch_operands(closed_jaxpr, lambda: wl.make_inputs(wl.config, 0))
+    except Exception:  # noqa: BLE001 - the model falls back to upper bounds, and says so
+        return {}
 
 
 def measure_on_tpu(fn, inputs, warmup: int = 5, iters: int = 50) -> float:
@@ -253,7 +269,8 @@ def evaluate(request: Mapping[str, Any]) -> dict:
     """Run one candidate (``request["source"]``) or the XLA reference (``source`` None).
 
     ``request["compile_only"]`` skips the correctness check (``correct`` is then None); the
-    evaluator sets it only for a workload's own expert file where jax cannot interpret it.
+    evaluator sets it for a workload's own expert file where jax cannot interpret it, and
+    for timing-only requests (``unchecked_because`` says so).
     """
     wl = workloads.get(request["workload"], request.get("config"))
     backend = request["backend"]
@@ -269,7 +286,7 @@ def evaluate(request: Mapping[str, Any]) -> dict:
         result["stage"] = "compile"
         on_tpu = backend == "tpu"
         if not on_tpu:
-            jaxpr, compiled = compile_full(module, wl)
+            jaxpr, compiled, profiles = compile_full(module, wl)
         result["compiled"] = True
         timings["compile"] = time.perf_counter() - t0
 
@@ -277,7 +294,7 @@ def evaluate(request: Mapping[str, Any]) -> dict:
             result["correct"] = True
         elif request.get("compile_only"):
             result["correct"] = None  # not checked, and every report says so
-            result["details"]["check"] = COMPILE_ONLY_NOTE
+            result["details"]["check"] = request.get("unchecked_because") or COMPILE_ONLY_NOTE
         else:
             result["stage"] = "check"
             t1 = time.perf_counter()
@@ -294,7 +311,7 @@ def evaluate(request: Mapping[str, Any]) -> dict:
             seconds = measure_on_tpu(jax.jit(module.workload), inputs)
             result["details"]["device_kind"] = jax.devices()[0].device_kind
         else:
-            breakdown = predict_program(jaxpr, compiled, V6E)
+            breakdown = predict_program(jaxpr.jaxpr, compiled, V6E, profiles, _prefetch(jaxpr, wl))
             seconds = breakdown.time_s
             result["details"]["sim"] = breakdown.to_dict()
         timings["time"] = time.perf_counter() - t2

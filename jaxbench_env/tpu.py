@@ -19,6 +19,10 @@ def prepare_process(backend: str = "sim") -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ.setdefault("TPU_STDERR_LOG_LEVEL", "3")
     os.environ.setdefault("TPU_MIN_LOG_LEVEL", "3")
+    if backend != "tpu":
+        from jaxbench_env.sim import bundles
+
+        bundles.enable()  # libtpu reads its dump flags once, when it loads
 
 
 _TOPOLOGY_DEVICE = None
@@ -29,6 +33,10 @@ def v6e_device():
     global _TOPOLOGY_DEVICE
     if _TOPOLOGY_DEVICE is None:
         from jax.experimental import topologies
+
+        from jaxbench_env.sim import bundles
+
+        bundles.enable()  # in case prepare_process did not run: too late if libtpu is loaded
 
         topo = topologies.get_topology_desc(
             platform="tpu", topology_name="v6e:1x1", chip_config_name="default",

@@ -2,7 +2,8 @@
 
 ``make_policy(name, **kwargs)`` builds one by name (the CLI uses it):
 "random", "greedy", "beam" (step-by-step beam search; see also ``beam_search`` for
-the fork-based function), "llm" (any OpenAI-compatible chat endpoint) and "expert" (the
+the fork-based function), "gradient" (descent on the simulator's differentiable tier),
+"llm" (any OpenAI-compatible chat endpoint) and "expert" (the
 workload's hand-tuned kernel shipped in jax, where JAXBench names one).
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 from policies.base import Policy, run_policy
 from policies.beam import BeamPolicy, beam_search
 from policies.expert import ExpertPolicy
+from policies.gradient import GradientPolicy
 from policies.greedy import GreedyPolicy
 from policies.random_search import RandomPolicy
 
@@ -25,13 +27,14 @@ POLICIES = {
     "random": RandomPolicy,
     "greedy": GreedyPolicy,
     "beam": BeamPolicy,
+    "gradient": GradientPolicy,
     "llm": _llm,
     "expert": ExpertPolicy,
 }
 
 # The action mode each policy acts in.
-POLICY_ACTION_MODE = {"random": "schedule", "greedy": "schedule", "beam": "schedule", "llm": "source",
-                      "expert": "source"}
+POLICY_ACTION_MODE = {"random": "schedule", "greedy": "schedule", "beam": "schedule", "gradient": "schedule",
+                      "llm": "source", "expert": "source"}
 
 
 def make_policy(name: str, **kwargs) -> Policy:
@@ -43,4 +46,4 @@ def make_policy(name: str, **kwargs) -> Policy:
 
 
 __all__ = ["POLICIES", "POLICY_ACTION_MODE", "make_policy", "run_policy", "Policy", "RandomPolicy",
-           "GreedyPolicy", "BeamPolicy", "ExpertPolicy", "beam_search"]
+           "GreedyPolicy", "GradientPolicy", "BeamPolicy", "ExpertPolicy", "beam_search"]

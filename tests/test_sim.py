@@ -15,8 +15,9 @@ from jax.experimental.pallas import tpu as pltpu  # noqa: E402
 
 import workloads  # noqa: E402
 from jaxbench_env import pipeline  # noqa: E402
-from jaxbench_env.sim.hardware import V6E  # noqa: E402
-from jaxbench_env.sim.model import _body_costs, pallas_call_eqns, predict_kernel, static_grid, vmem_estimate  # noqa: E402
+from jaxbench_env.sim import V6E, calibration  # noqa: E402
+from jaxbench_env.sim.model import price_kernel  # noqa: E402
+from jaxbench_env.sim.pallas import body_work, kernel_features, pallas_call_eqns, static_grid, vmem_estimate  # noqa: E402
 
 ROWS, COLS, CHUNK, CHUNKS = 4096, 128, 8, 4
 
@@ -58,9 +59,9 @@ def test_hand_copied_kernel_is_priced_by_its_copies():
     chunk_bytes = CHUNK * COLS * 4
     # VMEM: the double-buffered output block and the scratch buffer; not the 2 MiB HBM source.
     assert vmem_estimate(eqn) == 2 * CHUNKS * chunk_bytes + CHUNKS * chunk_bytes
-    _, _, dma = _body_costs(eqn.params["jaxpr"], V6E)
+    *_, dma = body_work(eqn.params["jaxpr"])
     assert dma == CHUNKS * chunk_bytes  # one copy per fori_loop trip
-    k = predict_kernel(eqn)
+    k = kernel_features(eqn)
     # 16 steps, each copying CHUNKS chunks in and writing one output block back.
     assert k.steps == 16 and k.hbm_bytes == 16 * 2 * CHUNKS * chunk_bytes
 
@@ -73,4 +74,4 @@ def test_data_dependent_grid_axis_gets_the_table_bound():
     grid, bound = static_grid(eqn)
     # megablox's tile schedule has at most (row tiles + groups - 1) entries: 128 + 128 - 1.
     assert bound == 255 and 255 in grid and all(isinstance(g, int) for g in grid)
-    assert predict_kernel(eqn).time_s > 0
+    assert price_kernel(kernel_features(eqn), V6E, calibration())["time_s"] > 0

@@ -1,6 +1,7 @@
-"""The TPU v6e performance simulator (first tier: an analytic roofline per grid step)."""
+"""The TPU v6e performance simulator: compiled-program features, priced with fitted constants."""
 
-from .hardware import V6E, Chip
-from .model import SimBreakdown, predict_program
+from .hardware import V5E, V6E, Calibration, Chip, calibration
+from .model import ProgramFeatures, SimBreakdown, predict_program, price, program_features
 
-__all__ = ["V6E", "Chip", "SimBreakdown", "predict_program"]
+__all__ = ["V5E", "V6E", "Calibration", "Chip", "calibration", "ProgramFeatures", "SimBreakdown",
+           "predict_program", "price", "program_features"]

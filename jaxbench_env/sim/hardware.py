@@ -1,35 +1,87 @@
-"""Chip descriptions for the simulator, every constant with where it comes from."""
+"""Chip descriptions and the simulator's fitted constants, each with where it comes from.
+
+``Chip`` holds what jax's chip table states
+(``jax.experimental.pallas.tpu.get_tpu_info_for_chip(ChipVersion.TPU_V6E, 1)``, jax 0.10.2;
+the numbers are copied here so that pricing needs no jax import, and a test checks them
+against the table). ``Calibration`` holds the few global constants nobody publishes,
+fitted on published v6e times by ``python -m jaxbench_env.sim.fit`` and stored, versioned,
+in ``jaxbench_env/data/sim_calibration.json``.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+CALIBRATION_FILE = Path(__file__).parent.parent / "data" / "sim_calibration.json"
 
 
 @dataclass(frozen=True)
 class Chip:
     name: str
-    mxu_flops_per_s: float  # dense bf16 matmul peak
-    hbm_bytes_per_s: float
-    vector_elems_per_s: float  # elementwise VPU throughput
-    transcendentals_per_s: float  # EUP throughput
-    step_overhead_s: float  # fixed cost of one Pallas grid step
-    scoped_vmem_bytes: int
-    vmem_bytes: int
+    chip_version: str  # jax's ChipVersion name
+    mxu_flops_per_s: float  # dense bf16 peak (chip table: bf16_ops_per_second)
+    hbm_bytes_per_s: float  # chip table: mem_bw_bytes_per_second
+    vmem_bytes: int  # chip table: vmem_capacity_bytes
+    mxus: int  # chip table: num_mxus
+    mxu_size: int  # chip table: mxu_column_size
+    scoped_vmem_bytes: int  # Mosaic's default scoped VMEM limit (v6e: 32 MiB; v5e: 16 MiB)
 
 
-# Peak MXU rate, HBM bandwidth and VMEM size: jax's chip table
-# (jax.experimental.pallas.tpu.get_tpu_info_for_chip(ChipVersion.TPU_V6E, 1)).
-# Vector and EUP rates: assumed 4 VALUs x one 8x128 vreg per cycle and one EUP vreg per
-# cycle at an assumed 1.5 GHz; step overhead 0.35 us from the per-step DMA latency seen
-# on v5e in the Pallas matmul tutorial (DESIGN.md). These are uncalibrated first guesses:
-# the calibrated simulator replaces them with fitted values.
-V6E = Chip(
-    name="TPU v6e",
-    mxu_flops_per_s=9.2e14,
-    hbm_bytes_per_s=1.64e12,
-    vector_elems_per_s=4 * 1024 * 1.5e9,
-    transcendentals_per_s=1024 * 1.5e9,
-    step_overhead_s=0.35e-6,
-    scoped_vmem_bytes=32 * 2**20,
-    vmem_bytes=128 * 2**20,
-)
+V6E = Chip("TPU v6e", "TPU_V6E", mxu_flops_per_s=9.2e14, hbm_bytes_per_s=1.64e12, vmem_bytes=128 * 2**20,
+           mxus=2, mxu_size=256, scoped_vmem_bytes=32 * 2**20)
+V5E = Chip("TPU v5e", "TPU_V5E", mxu_flops_per_s=1.97e14, hbm_bytes_per_s=8.2e11, vmem_bytes=128 * 2**20,
+           mxus=4, mxu_size=128, scoped_vmem_bytes=16 * 2**20)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Global constants of the pricing model (never one per workload).
+
+    bundle_rate_hz: bundles issued per second (one per cycle: the effective clock).
+    hbm_efficiency: fraction of the chip's peak HBM bandwidth that streaming achieves.
+    overlap: how compute and HBM traffic of one op combine, ``(c**p + m**p)**(1/p)``;
+        1 adds them, large values take the larger (perfect overlap).
+    op_overhead_s: fixed cost of launching one XLA op or kernel (not fitted: 0).
+    step_overhead_s: fixed cost of one Pallas grid step, the DMA issue-to-completion
+        latency a short step cannot hide (not fitted: 0.35 us, seen on v5e, DESIGN notes).
+    vector_ops_per_s, transcendentals_per_s: element rates of the analytic fallback for
+        kernels whose bundles cannot be read (not fitted: 4 VALUs x one 8x128 vreg per
+        cycle, one EUP vreg per cycle, at the fitted clock).
+    """
+
+    version: str
+    fitted_on: str
+    bundle_rate_hz: float
+    hbm_efficiency: float
+    overlap: float
+    op_overhead_s: float
+    step_overhead_s: float
+
+    @property
+    def vector_ops_per_s(self) -> float:
+        return 4 * 1024 * self.bundle_rate_hz
+
+    @property
+    def transcendentals_per_s(self) -> float:
+        return 1024 * self.bundle_rate_hz
+
+    @classmethod
+    def load(cls, path: Path = CALIBRATION_FILE) -> "Calibration":
+        data = json.loads(Path(path).read_text())
+        return cls(version=data["version"], fitted_on=data["fitted_on"], **data["constants"])
+
+    def constants(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if k not in ("version", "fitted_on")}
+
+
+# Before any fit: the clock implied by the gemm expert's bundles and published time (DESIGN
+# notes), peak bandwidth, perfect overlap, the per-step latency seen on v5e.
+UNFITTED = Calibration(version="unfitted", fitted_on="-", bundle_rate_hz=1.59e9, hbm_efficiency=1.0,
+                       overlap=16.0, op_overhead_s=0.0, step_overhead_s=0.35e-6)
+
+
+def calibration() -> Calibration:
+    """The fitted constants, or the unfitted guesses when no fit has been stored."""
+    return Calibration.load() if CALIBRATION_FILE.exists() else UNFITTED

@@ -1,0 +1,130 @@
+"""The ops of a compiled v6e program, read from its optimized HLO text.
+
+Each op the TPU runs as a unit (a fusion, a Mosaic kernel, a copy, ...) becomes an
+``XlaOp`` with the HBM bytes it reads and writes. Sizes use the compiled layout's tiling
+(a bf16 array's minor dimensions pad to 16x128 tiles, so a 62-wide image row costs a
+128-wide one), and arrays the compiler placed in VMEM (``S(1)``) or SMEM (``S(2)``) move
+no HBM bytes. Ops inside a ``while`` body count once per iteration when the compiler
+knows the trip count.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+_ITEMSIZE = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "bf16": 2, "f16": 2, "s32": 4, "u32": 4,
+             "f32": 4, "s64": 8, "u64": 8, "f64": 8, "f8e4m3fn": 1, "f8e5m2": 1, "s4": 0.5, "u4": 0.5}
+_ARRAY = re.compile(r"(\w+)\[([\d,]*)\](?:\{([^}]*)\})?")
+_INSTR = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = (.+?) ([\w\-]+)\((.*?)\)(, .*)?$")
+_COMPUTATION = re.compile(r"^(ENTRY )?%([\w.\-]+) .*\{$")
+_FREE = {"parameter", "get-tuple-element", "tuple", "bitcast", "constant", "copy-done", "after-all",
+         "partition-id", "replica-id", "opt-barrier"}
+
+
+@dataclass
+class XlaOp:
+    name: str
+    opcode: str
+    hbm_bytes: float
+    times: int = 1  # runs per program (a while body's trip count)
+    estimated_cycles: float | None = None  # the compiler's own estimate, where it gives one
+    pallas: bool = False  # a pallas_call's kernel (priced step by step from its jaxpr)
+    out_shapes: tuple = ()  # dims of each output array, to match kernels to their pallas_call
+
+
+def _array_bytes(dtype: str, dims: str, layout: str | None) -> tuple[float, bool]:
+    """(bytes with tile padding, whether it lives in HBM) of one array shape."""
+    shape = [int(d) for d in dims.split(",") if d]
+    layout = layout or ""
+    in_hbm = not re.search(r"S\((\d+)\)", layout) or re.search(r"S\((\d+)\)", layout).group(1) == "0"
+    tile = re.search(r"T\(([\d,]+)\)", layout)
+    minor_to_major = [int(d) for d in layout.split(":")[0].split(",") if d.strip().isdigit()]
+    if tile and shape and len(minor_to_major) == len(shape):
+        tdims = [int(t) for t in tile.group(1).split(",")]
+        for t, axis in zip(reversed(tdims), minor_to_major):  # the tile's last dim is the most minor
+            shape[axis] = -(-shape[axis] // t) * t
+    return math.prod(shape) * _ITEMSIZE.get(dtype, 4), bool(in_hbm)
+
+
+def shape_bytes(shape: str) -> float:
+    """HBM bytes of a (possibly tuple) shape string."""
+    total = 0.0
+    for dtype, dims, layout in _ARRAY.findall(shape):
+        nbytes, in_hbm = _array_bytes(dtype, dims, layout)
+        total += nbytes if in_hbm else 0.0
+    return total
+
+
+def _computations(text: str) -> tuple[dict[str, list[str]], str | None]:
+    comps, entry, current = {}, None, None
+    for line in text.splitlines():
+        m = _COMPUTATION.match(line)
+        if m:
+            current = m.group(2)
+            comps[current] = []
+            entry = current if m.group(1) else entry
+        elif line.startswith("}"):
+            current = None
+        elif current is not None:
+            comps[current].append(line)
+    return comps, entry
+
+
+def _estimated_cycles(attrs: str) -> float | None:
+    m = re.search(r'"estimated_cycles":"(\d+)"', attrs)
+    return float(m.group(1)) if m else None
+
+
+def _trip_count(attrs: str, condition: list[str]) -> int | None:
+    """The compiler's known trip count, else the bound of a ``counter < constant`` condition
+    (a lax.map or fori_loop from 0 in steps of 1, as jax emits them)."""
+    m = re.search(r'"known_trip_count":\{"n":"(\d+)"\}', attrs)
+    if m:
+        return int(m.group(1))
+    constants = dict(re.findall(r"%([\w.\-]+) = s32\[\]\S* constant\((\d+)\)", "\n".join(condition)))
+    for line in condition:
+        c = re.search(r"compare\(%[\w.\-]+, %([\w.\-]+)\), direction=LT", line)
+        if line.lstrip().startswith("ROOT") and c and c.group(1) in constants:
+            return int(constants[c.group(1)])
+    return None
+
+
+def program_ops(text: str) -> tuple[list[XlaOp], list[str]]:
+    """The entry computation's ops (and those of its while bodies), with notes on what was guessed."""
+    comps, entry = _computations(text)
+    notes: list[str] = []
+    ops: list[XlaOp] = []
+
+    def walk(comp: str, times: int) -> None:
+        shapes: dict[str, str] = {}
+        for line in comps.get(comp, ()):
+            m = _INSTR.match(line)
+            if not m:
+                continue
+            name, shape, opcode, operands, attrs = m.group(1), m.group(2), m.group(3), m.group(4), m.group(5) or ""
+            shapes[name] = shape
+            if opcode == "while":
+                body = re.search(r"body=%([\w.\-]+)", attrs)
+                cond = re.search(r"condition=%([\w.\-]+)", attrs)
+                trip = _trip_count(attrs, comps.get(cond.group(1), []) if cond else [])
+                if trip is None:
+                    notes.append(f"while loop {name}: trip count unknown, its body priced once")
+                if body:
+                    walk(body.group(1), times * (trip or 1))
+                continue
+            if opcode in _FREE or 'custom_call_target="AllocateBuffer"' in attrs:  # allocation moves no bytes
+                continue
+            reads = sum(shape_bytes(shapes.get(o, "")) for o in re.findall(r"%([\w.\-]+)", operands))
+            # Pallas kernels carry kernel_metadata; the compiler's own Mosaic kernels
+            # (online-softmax) do not.
+            pallas = 'custom_call_target="tpu_custom_call"' in attrs and "kernel_metadata=" in attrs
+            out_shapes = tuple(tuple(int(d) for d in dims.split(",") if d) for _, dims, _ in _ARRAY.findall(shape))
+            ops.append(XlaOp(name, opcode, reads + shape_bytes(shape), times, _estimated_cycles(attrs), pallas,
+                             out_shapes))
+
+    if entry is None:
+        return [], ["no ENTRY computation in the compiled HLO"]
+    walk(entry, 1)
+    return ops, notes

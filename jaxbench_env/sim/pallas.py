@@ -1,0 +1,305 @@
+"""What a ``pallas_call`` does per grid step, read from its jaxpr equation (chip-independent).
+
+A ``pallas_call`` runs its grid in order. At each step the pipeline fetches the input
+blocks whose block index changed since the previous step and writes back output blocks
+whose index is about to change; with two or more buffers that traffic overlaps the step's
+compute, with one it does not. The first step's fetch and the last write-back are not
+hidden (pipeline fill and drain). Operands left in HBM (``pl.ANY``) are not pipelined; the
+copies a body issues itself (``dma_start``) count by the bytes of their destination.
+
+The body's work per step (MXU flops of ``dot_general``, vector and transcendental element
+ops) is the analytic fallback for compute; the compiled kernel's bundles replace it where
+they can be read (``bundles.py``). Both branches of a ``cond`` (``pl.when``) count.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+_TRANSCENDENTAL = {"exp", "exp2", "log", "log1p", "tanh", "logistic", "rsqrt", "sqrt", "sin", "cos", "erf", "pow",
+                   "expm1", "erf_inv", "atan2"}
+_FREE = {"program_id", "num_programs", "get", "swap", "load", "store", "masked_load", "masked_swap",
+         "broadcast_in_dim", "reshape", "squeeze", "expand_dims", "convert_element_type", "iota", "pjit",
+         "closed_call", "cond", "while", "scan", "dma_start", "dma_wait", "semaphore_signal", "semaphore_wait"}
+
+
+@dataclass
+class KernelFeatures:
+    """One pallas_call, as the pricing model needs it (JSON-able, so fits can re-price it)."""
+
+    name: str
+    grid: tuple
+    steps: int
+    traffic: list  # [overlapped bytes, serial bytes, number of steps] per distinct step
+    fill_bytes: float  # the first step's overlapped fetch, not hidden
+    drain_bytes: float  # the last step's overlapped write-back, not hidden
+    hbm_bytes: float
+    flops: float  # per step, from here down
+    vector_ops: float
+    transcendentals: float
+    vmem_bytes: int
+    out_shapes: tuple = ()
+    bundles_per_step: float | None = None  # from the compiled kernel, where readable
+    bundles_outside: float = 0.0  # prologue and epilogue around the grid loop
+    dynamic_index: bool = False  # scalar-prefetch index maps: a fresh block every step assumed
+    grid_bound: int | None = None  # the bound used for a data-dependent grid axis
+    manual_dma: bool = False
+    times: int = 1  # runs per program (inside a loop: lax.map over a batch)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def pallas_call_eqns(jaxpr):
+    """Every pallas_call equation in a jaxpr, looking inside nested jaxprs."""
+    found = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "pallas_call":
+            found.append(eqn)
+            continue
+        for sub in _subjaxprs(eqn):
+            found.extend(pallas_call_eqns(sub))
+    return found
+
+
+def _subjaxprs(eqn):
+    for p in eqn.params.values():
+        for item in p if isinstance(p, (tuple, list)) else (p,):
+            if hasattr(item, "eqns"):
+                yield item
+            elif hasattr(item, "jaxpr") and hasattr(item.jaxpr, "eqns"):
+                yield item.jaxpr
+
+
+def _block_elems(bm) -> int:
+    return math.prod(int(d) for d in bm.block_aval.shape) if bm.block_aval.shape else 1
+
+
+def _buffers(bm) -> int:
+    mode = getattr(bm, "pipeline_mode", None)
+    return int(getattr(mode, "buffer_count", 2) or 2) if mode is not None else 2
+
+
+def _itemsize(dtype) -> int | None:
+    try:
+        return np.dtype(dtype).itemsize
+    except TypeError:  # a semaphore, not data
+        return None
+
+
+def _scratch_bytes(gm) -> int:
+    total = 0
+    for aval in gm.scratch_avals:
+        inner = getattr(aval, "inner_aval", aval)
+        shape, dtype = getattr(inner, "shape", None), getattr(inner, "dtype", None)
+        if shape is not None and dtype is not None and _itemsize(dtype):
+            total += math.prod(shape) * _itemsize(dtype)
+    return total
+
+
+def _pipelined(bm) -> bool:
+    """False for an operand left in HBM (memory_space=pl.ANY): the kernel copies from it
+    by hand, so the pipeline neither fetches it nor gives it VMEM."""
+    space = getattr(bm.transformed_block_aval, "memory_space", None)
+    return str(space).lower().rsplit(".", 1)[-1] not in ("any", "hbm")
+
+
+def vmem_estimate(eqn) -> int:
+    """Bytes of VMEM a pallas_call's pipelined blocks and scratch need (no layout padding)."""
+    gm = eqn.params["grid_mapping"]
+    blocks = sum(_buffers(bm) * _block_elems(bm) * np.dtype(bm.array_aval.dtype).itemsize
+                 for bm in gm.block_mappings if _pipelined(bm))
+    return blocks + _scratch_bytes(gm)
+
+
+def vmem_limit(eqn, scoped_default: int) -> int:
+    params = eqn.params.get("compiler_params")
+    limit = getattr(params, "vmem_limit_bytes", None)
+    if limit is None and isinstance(params, dict):
+        limit = getattr(params.get("mosaic"), "vmem_limit_bytes", None)
+    return int(limit or scoped_default)
+
+
+def _dma_bytes(eqn) -> float:
+    """Bytes one ``dma_start`` copies: its destination's (sliced) shape."""
+    import jax
+
+    dst = jax.tree_util.tree_unflatten(eqn.params["tree"], eqn.invars)[1]
+    ref, transforms = (dst.ref, dst.transforms) if hasattr(dst, "transforms") else (dst, ())
+    aval = getattr(ref, "aval", None)
+    shape, dtype = getattr(aval, "shape", None), getattr(aval, "dtype", None)
+    for t in transforms:  # the last indexer's shape is what is copied
+        if hasattr(t, "get_indexer_shape"):
+            shape = t.get_indexer_shape()
+    if shape is None or dtype is None or not _itemsize(dtype):
+        return 0.0
+    return float(math.prod(shape) * _itemsize(dtype))
+
+
+def body_work(jaxpr) -> tuple[float, float, float, float]:
+    """(MXU flops, vector ops, transcendentals, bytes of hand-issued DMAs) of one run of a body.
+
+    A ``scan`` (a fori_loop with static bounds) counts ``length`` times; a ``while`` loop,
+    whose trip count the jaxpr does not say, once.
+    """
+    flops = vec = trans = dma = 0.0
+    stack = [(jaxpr, 1.0)]
+    while stack:
+        j, times = stack.pop()
+        for eqn in j.eqns:
+            name = eqn.primitive.name
+            inner = times * (eqn.params.get("length", 1) if name == "scan" else 1)
+            stack.extend((sub, inner) for sub in _subjaxprs(eqn))
+            out_elems = times * sum(math.prod(getattr(v.aval, "shape", ()) or (1,)) for v in eqn.outvars)
+            if name == "dot_general":
+                (lc, _), _ = eqn.params["dimension_numbers"]
+                lhs_shape = eqn.invars[0].aval.shape
+                flops += 2.0 * out_elems * math.prod(lhs_shape[d] for d in lc)
+            elif name == "dma_start":
+                dma += times * _dma_bytes(eqn)
+            elif name in _TRANSCENDENTAL:
+                trans += out_elems
+            elif name not in _FREE:
+                vec += out_elems
+    return flops, vec, trans, dma
+
+
+def _block_indices(bm, grid_points: np.ndarray, tables: list | None) -> np.ndarray | None:
+    """Block index of this mapping at every grid step, shape (steps, ndim); None if it
+    reads scalar-prefetch tables whose values are unknown (``tables`` None)."""
+    import jax
+
+    closed = bm.index_map_jaxpr
+    n_ids = grid_points.shape[1]
+    n_tables = len(closed.jaxpr.invars) - n_ids
+    if n_tables and (tables is None or len(tables) != n_tables):
+        return None
+    jaxpr, consts = closed.jaxpr, closed.consts
+    if n_tables:  # the tables are SMEM refs: turn their reads into array indexing
+        from jax._src.state.discharge import discharge_state
+
+        pure = discharge_state(closed)
+        jaxpr, consts = pure.jaxpr, pure.consts
+    n_out = len(closed.jaxpr.outvars)
+    fn = jax.vmap(lambda ids, tabs: jax.core.eval_jaxpr(jaxpr, consts, *ids, *tabs)[:n_out], in_axes=(0, None))
+    outs = jax.jit(fn)(list(grid_points.astype(np.int32).T), list(tables or ()))
+    return np.stack([np.broadcast_to(np.asarray(o), (grid_points.shape[0],)) for o in outs], axis=1)
+
+
+def static_grid(eqn, dynamic_bounds: list | None = None) -> tuple[tuple[int, ...], int | None]:
+    """The kernel's grid. A data-dependent axis takes its value on concrete inputs
+    (``dynamic_bounds``) where known, else an upper bound: the longest 1-D scalar-prefetch
+    table (a schedule table has an entry per grid step, as in megablox's). Returns (grid,
+    the upper bound used or None)."""
+    gm = eqn.params["grid_mapping"]
+    if not gm.num_dynamic_grid_bounds:
+        return tuple(int(g) for g in gm.grid), None
+    if dynamic_bounds is not None:
+        values = iter(int(np.asarray(b)) for b in dynamic_bounds)
+        return tuple(g if isinstance(g, int) else max(next(values), 1) for g in gm.grid), None
+    first = gm.num_dynamic_grid_bounds
+    tables = eqn.invars[first:first + gm.num_index_operands]
+    bound = max((v.aval.shape[0] for v in tables if len(v.aval.shape) == 1), default=1)
+    return tuple(g if isinstance(g, int) else bound for g in gm.grid), bound
+
+
+_CALLS = {"jit", "pjit", "closed_call", "core_call", "custom_vjp_call", "custom_jvp_call"}
+
+
+def _called(eqn):
+    """The ClosedJaxpr a call-like equation runs."""
+    return eqn.params.get("jaxpr") or eqn.params.get("call_jaxpr")
+
+
+def prefetch_operands(closed_jaxpr, make_inputs) -> dict[int, list]:
+    """Concrete dynamic grid bounds and scalar-prefetch tables of each pallas_call (keyed by
+    ``id(eqn)``) on the inputs ``make_inputs()`` returns.
+
+    The program is re-traced with every pallas_call replaced by zeros, its prefetch operands
+    as outputs, and run on the CPU: XLA drops all work those operands do not need (the
+    kernels' big operands are never built). Kernels nested in loops or conditionals keep
+    their upper bound."""
+    import jax
+    import jax.numpy as jnp
+    from jax.extend.core import Literal
+
+    keys: list[int] = []
+
+    def run(jaxpr, consts, args, found):
+        env = {}
+        for v, a in [*zip(jaxpr.constvars, consts), *zip(jaxpr.invars, args)]:
+            env[v] = a
+        for eqn in jaxpr.eqns:
+            ins = [v.val if isinstance(v, Literal) else env[v] for v in eqn.invars]
+            name = eqn.primitive.name
+            if name == "pallas_call":
+                gm = eqn.params["grid_mapping"]
+                n = gm.num_dynamic_grid_bounds + gm.num_index_operands
+                if n:
+                    keys.append(id(eqn))
+                    found.append(ins[:n])
+                outs = [jnp.zeros(v.aval.shape, v.aval.dtype) for v in eqn.outvars]
+            elif name in _CALLS and pallas_call_eqns(_called(eqn).jaxpr):
+                outs = run(_called(eqn).jaxpr, _called(eqn).consts, ins, found)
+            else:
+                with eqn.ctx.manager:
+                    outs = eqn.primitive.bind(*ins, **eqn.primitive.get_bind_params(eqn.params))
+                outs = outs if eqn.primitive.multiple_results else [outs]
+            for v, o in zip(eqn.outvars, outs):
+                env[v] = o
+        return [v.val if isinstance(v, Literal) else env[v] for v in jaxpr.outvars]
+
+    def operands():
+        found: list = []
+        run(closed_jaxpr.jaxpr, closed_jaxpr.consts, make_inputs(), found)
+        return found
+
+    values = jax.jit(operands)()
+    return {k: [np.asarray(x) for x in v] for k, v in zip(keys, values)}
+
+
+def kernel_name(eqn) -> str:
+    return str(eqn.params.get("name") or getattr(eqn.params.get("name_and_src_info"), "name", "")
+               or "pallas_call")
+
+
+def kernel_features(eqn, prefetch: list | None = None) -> KernelFeatures:
+    """``prefetch``: the concrete dynamic grid bounds and scalar-prefetch tables, if known."""
+    gm = eqn.params["grid_mapping"]
+    n_bounds = gm.num_dynamic_grid_bounds
+    grid, bound = static_grid(eqn, prefetch[:n_bounds] if prefetch is not None else None)
+    tables = prefetch[n_bounds:] if prefetch is not None else None
+    steps = math.prod(grid) if grid else 1
+    grid_points = np.indices(grid).reshape(len(grid), -1).T if grid else np.zeros((1, 0), np.int32)
+    flops, vec, trans, manual_dma = body_work(eqn.params["jaxpr"])
+
+    overlapped = np.zeros(steps)
+    serial = np.zeros(steps)
+    for i, bm in enumerate(gm.block_mappings):
+        if not _pipelined(bm):
+            continue
+        nbytes = _block_elems(bm) * np.dtype(bm.array_aval.dtype).itemsize
+        idx = _block_indices(bm, grid_points, tables)
+        moved = np.ones(steps, dtype=bool)  # data-dependent index maps: a fresh block every step
+        if idx is not None:
+            moved[1:] = np.any(idx[1:] != idx[:-1], axis=1)
+        if i >= gm.num_inputs:  # an output block is written back when its index moves on
+            moved = np.concatenate([moved[1:], [True]])
+        (serial if _buffers(bm) < 2 else overlapped)[:] += moved * nbytes
+    # Copies the body issues itself: assumed overlapped with compute, as kernels that
+    # gather pages by hand start the next step's copies before waiting on their own.
+    overlapped += manual_dma
+    rows, counts = np.unique(np.stack([overlapped, serial], axis=1), axis=0, return_counts=True)
+    return KernelFeatures(
+        name=kernel_name(eqn), grid=grid, steps=steps,
+        traffic=[[float(o), float(s), int(c)] for (o, s), c in zip(rows, counts)],
+        fill_bytes=float(overlapped[0]), drain_bytes=float(overlapped[-1]) if steps > 1 else 0.0,
+        hbm_bytes=float(overlapped.sum() + serial.sum()),
+        flops=flops, vector_ops=vec, transcendentals=trans, vmem_bytes=vmem_estimate(eqn),
+        out_shapes=tuple(tuple(int(d) for d in v.aval.shape) for v in eqn.outvars),
+        dynamic_index=bool(gm.num_index_operands) and prefetch is None, grid_bound=bound,
+        manual_dma=manual_dma > 0,
+    )

@@ -1,0 +1,172 @@
+"""The v6e simulator's known behaviour: its inputs (chip table, HLO bytes, bundle dumps) and
+the shapes of its predictions (blocks, re-fetches, buffering, memory-bound kernels)."""
+
+from jaxbench_env.tpu import prepare_process
+
+prepare_process()
+
+import functools  # noqa: E402
+import math  # noqa: E402
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import pytest  # noqa: E402
+from jax.experimental import pallas as pl  # noqa: E402
+from jax.experimental.pallas import tpu as pltpu  # noqa: E402
+
+import workloads  # noqa: E402
+from jaxbench_env import pipeline  # noqa: E402
+from jaxbench_env.sim import V5E, V6E, bundles, calibrate, calibration, hlo  # noqa: E402
+from jaxbench_env.sim.model import price_kernel  # noqa: E402
+from jaxbench_env.sim.pallas import kernel_features, pallas_call_eqns  # noqa: E402
+
+
+def test_chip_constants_are_jax_chip_table():
+    for chip in (V6E, V5E):
+        info = pltpu.get_tpu_info_for_chip(getattr(pltpu.ChipVersion, chip.chip_version), 1)
+        assert chip.mxu_flops_per_s == info.bf16_ops_per_second
+        assert chip.hbm_bytes_per_s == info.mem_bw_bytes_per_second
+        assert chip.vmem_bytes == info.vmem_capacity_bytes
+        assert (chip.mxus, chip.mxu_size) == (info.num_mxus, info.mxu_column_size)
+
+
+def test_hlo_bytes_pad_tiles_and_skip_vmem():
+    # A 62-wide bf16 row pads to 128 lanes and 16-row tiles; S(1) arrays live in VMEM.
+    assert hlo.shape_bytes("bf16[30,62]{1,0:T(8,128)(2,1)}") == 32 * 128 * 2
+    assert hlo.shape_bytes("f32[8192]{0:T(1024)S(1)}") == 0
+    assert hlo.shape_bytes("(f32[8]{0:T(1024)}, bf16[4,128]{1,0})") == 1024 * 4 + 4 * 128 * 2
+
+
+def test_bundle_parser_finds_loops_and_trips():
+    text = "\n".join([
+        "  0x0   :  { %1 = vsyncpa }",
+        "  0x1 LB: > { %2 = sadd.s32 1, %s3 }",
+        "  0x2   : > { %4 = vmatmul }",
+        "  0x3   : > { %p5 = scmp.ge.s32.totalorder %s6_s1, 10 /* loop exit test */ }",
+        "  0x4   :  { %7 = vsyncpa }",
+    ])
+    p = bundles.parse(text)
+    assert p.static == 5 and p.dynamic == 2 + 3 * 10
+    assert p.per_iteration() == (2.0, 3.0, 10)
+    assert bundles.parse("no bundles here") is None
+
+
+@functools.lru_cache(maxsize=None)
+def _predict(name, config, schedule):
+    """(sim details, error) of a workload's template at a schedule: compiled for v6e, not checked."""
+    wl = workloads.get(name, dict(config))
+    module = pipeline.load_module(wl.template_source(), wl.config, dict(schedule))
+    try:
+        jaxpr, compiled, profiles = pipeline.compile_full(module, wl)
+    except pipeline.StageError as e:
+        return None, str(e)
+    from jaxbench_env.sim import predict_program
+
+    return predict_program(jaxpr, compiled, V6E, profiles), None
+
+
+GEMM = (("M", 2048), ("K", 2048), ("N", 2048))
+
+
+def gemm_ms(block, buffers=2):
+    sim, error = _predict("gemm", GEMM, (("block_m", block), ("block_k", block), ("block_n", block),
+                                         ("buffers", buffers), ("order", "mn")))
+    assert error is None, error
+    return sim.time_s * 1e3, sim
+
+
+def test_gemm_time_falls_as_blocks_grow():
+    times = {b: gemm_ms(b)[0] for b in (128, 256, 512)}
+    assert times[128] > times[256] > times[512]
+    assert times[128] > 3 * times[512]  # 128-wide steps are overhead- and DMA-bound
+    _, sim = gemm_ms(512)
+    assert sim.kernels[0]["compute_from"] == "bundles"  # read from the compiled kernel
+
+
+def test_gemm_blocks_over_vmem_are_rejected():
+    wl = workloads.get("gemm", dict(GEMM))
+    source = wl.template_source().replace('"block_k": 1024', '"block_k": 8192')
+    assert '"block_k": 8192' in source
+    module = pipeline.load_module(source, wl.config, {"block_m": 2048, "block_n": 2048, "block_k": 2048})
+    with pytest.raises(pipeline.StageError, match="VMEM"):
+        pipeline.compile_full(module, wl)
+
+
+def test_memory_bound_rmsnorm_lands_near_bytes_over_bandwidth():
+    config = (("batch", 2), ("seq_len", 4096))
+    sim, error = _predict("rmsnorm", config, (("block_rows", 128), ("buffers", 2)))
+    assert error is None, error
+    wl = workloads.get("rmsnorm", dict(config))
+    x = jax.eval_shape(lambda: wl.make_inputs(wl.config, 0))[0]
+    nbytes = 2 * math.prod(x.shape) * x.dtype.itemsize  # read x, write the output
+    ideal = nbytes / (V6E.hbm_bytes_per_s * calibration().hbm_efficiency)
+    assert ideal <= sim.time_s <= 1.3 * ideal
+
+
+ROWS, WIDTH, STEPS = 512, 1024, 64
+
+
+def _add_rows(w_index_map=lambda i: (0, 0), x_buffers=2, body=lambda x, w: x + w):
+    def kernel(x_ref, w_ref, o_ref):
+        o_ref[...] = body(x_ref[...], w_ref[...])
+
+    x_mode = {} if x_buffers == 2 else {"pipeline_mode": pl.Buffered(x_buffers)}
+
+    def f(x, w):
+        return pl.pallas_call(
+            kernel, grid=(STEPS,),
+            in_specs=[pl.BlockSpec((ROWS, WIDTH), lambda i: (i, 0), **x_mode),
+                      pl.BlockSpec((ROWS, WIDTH), w_index_map)],
+            out_specs=pl.BlockSpec((ROWS, WIDTH), lambda i: (i, 0)),
+            out_shape=jax.ShapeDtypeStruct((STEPS * ROWS, WIDTH), jnp.float32),
+        )(x, w)
+
+    specs = (jax.ShapeDtypeStruct((STEPS * ROWS, WIDTH), jnp.float32),
+             jax.ShapeDtypeStruct((2 * ROWS, WIDTH), jnp.float32))
+    (eqn,) = pallas_call_eqns(jax.jit(f).trace(*specs).jaxpr.jaxpr)
+    return kernel_features(eqn)
+
+
+def test_refetch_free_index_map_saves_dma():
+    block = ROWS * WIDTH * 4
+    once = _add_rows(lambda i: (0, 0))  # the same block every step: fetched once
+    every = _add_rows(lambda i: (i % 2, 0))  # alternating blocks: fetched every step
+    assert once.hbm_bytes == (2 * STEPS + 1) * block
+    assert every.hbm_bytes == 3 * STEPS * block
+    cal = calibration()
+    assert price_kernel(once, V6E, cal)["time_s"] < price_kernel(every, V6E, cal)["time_s"]
+
+
+def test_published_rows_map_onto_the_suite():
+    rows = calibrate.published_rows()
+    assert rows and all(r.workload in workloads.WORKLOADS for r in rows)
+    assert not any("stale" in r.note for r in rows)
+    assert {r.variant for r in rows} == {"baseline", "optimized"}
+    assert len(calibrate.published_rows(include_stale=True)) > len(rows)
+
+
+@pytest.mark.slow
+def test_shipped_constants_predict_published_kernelbench_baselines(tmp_path):
+    # Re-derives a few rows from scratch (compile, features, price) with the shipped fit.
+    rows = [r for r in calibrate.published_rows() if r.jaxbench_id in ("19k", "31k", "33k", "39k")]
+    calibrate.gather(rows, cache_dir=tmp_path)
+    rep = calibrate.report(rows, calibration())
+    assert all(abs(t["log_error"]) < math.log(1.5) for t in rep["rows"]), rep["rows"]
+    sim_err = rep["simulator"]["median_abs_log_error"]
+    assert sim_err < rep["optimal_seconds"]["median_abs_log_error"]  # on the same rows here
+
+
+def test_single_buffering_stops_the_copies_hiding_behind_compute():
+    def heavy(x, w):  # enough transcendental work per step to hide a block's copy
+        for _ in range(8):
+            x = jnp.tanh(x) * w
+        return x
+
+    cal = calibration()
+    double = _add_rows(x_buffers=2, body=heavy)
+    single = _add_rows(x_buffers=1, body=heavy)
+    assert single.hbm_bytes == double.hbm_bytes and single.vmem_bytes < double.vmem_bytes
+    t2, t1 = (price_kernel(k, V6E, cal) for k in (double, single))
+    assert t2["compute_s"] > t2["dma_s"]  # compute-bound: double buffering hides every copy
+    x_copies = STEPS * ROWS * WIDTH * 4 / (V6E.hbm_bytes_per_s * cal.hbm_efficiency)
+    assert t1["time_s"] == pytest.approx(t2["time_s"] + x_copies, rel=0.05)
