@@ -51,7 +51,7 @@ def main() -> None:
         source, space, ev = u.source, u.schedule_space, u.evaluator
         default_ms = best_ms(ev, source, [u.schedule])
         policy = GradientPolicy(seed=0)
-        proposals = policy._plan(env)[:args.budget]
+        proposals = policy.proposals(env)[:args.budget]
         grad_ms = best_ms(ev, source, proposals)
         rand = [best_ms(ev, source, random_schedules(space, args.budget, seed)) for seed in range(args.seeds)]
         rows.append((name, u.evaluator.baseline().time_ms, default_ms, grad_ms, len(proposals), rand))

@@ -309,9 +309,10 @@ def cmd_sim_report(args) -> int:
         print(f"{t['row']:<52} {t['measured_ms']:>9.3f} {t['predicted_ms']:>9.3f} {t['log_error']:>+8.3f} "
               f"{opt:>9} {opt_err:>8}")
     print()
-    for name in ("simulator", "simulator_on_optimal_rows", "optimal_seconds"):
+    for name in ("simulator", "simulator_on_optimal_rows", "optimal_seconds", "simulator_on_xla_baselines",
+                 "optimal_seconds_on_xla_baselines"):
         e = rep[name]
-        print(f"{name:<26} {e['rows']:>2} rows  Spearman {e['spearman']:.3f}  median |log error| {e['median_abs_log_error']:.3f} "
+        print(f"{name:<33} {e['rows']:>2} rows  Spearman {e['spearman']:.3f}  median |log error| {e['median_abs_log_error']:.3f} "
               f"(x{math.exp(e['median_abs_log_error']):.2f})  max |log error| {e['max_abs_log_error']:.3f} "
               f"(x{math.exp(e['max_abs_log_error']):.2f})")
     print("\ngemm template at full size (8192x8192 @ 8192x28672), predicted per schedule:")

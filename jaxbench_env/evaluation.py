@@ -94,7 +94,7 @@ class Evaluator:
         self.worker = Worker(self.backend, timeout_s=timeout_s, memory_bytes=memory_bytes)
         # Measured times depend on the chip: key them by its type where the TPU VM names it.
         self._versions = {**_versions(), "tpu_type": os.environ.get("TPU_ACCELERATOR_TYPE") if self.backend == "tpu" else None,
-                          "sim": sim.calibration().version if self.backend == "sim" else None}
+                          "sim": f"{sim.FEATURES_VERSION}/{sim.calibration().version}" if self.backend == "sim" else None}
         self._baseline: EvalResult | None = None
 
     def _key(self, candidate: Candidate | None, compile_only: bool) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import pickle
 import select
+import shutil
 import struct
 import subprocess
 import sys
@@ -73,9 +74,13 @@ class Worker:
         self.memory_bytes = memory_bytes
         self._proc: subprocess.Popen | None = None
         self._log = None
+        self._dump_dir: str | None = None
 
     def _start(self) -> None:
-        env = dict(os.environ, JAXBENCH_WORKER_BACKEND=self.backend, PYTHONUNBUFFERED="1")
+        # The compiler's bundle dumps go to a directory this side removes, however the worker ends.
+        self._dump_dir = tempfile.mkdtemp(prefix="jaxbench-bundles-")
+        env = dict(os.environ, JAXBENCH_WORKER_BACKEND=self.backend, PYTHONUNBUFFERED="1",
+                   JAXBENCH_BUNDLE_DIR=self._dump_dir)
         self._log = tempfile.TemporaryFile()
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "jaxbench_env.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -103,6 +108,9 @@ class Worker:
         if self._log is not None:
             self._log.close()
             self._log = None
+        if self._dump_dir is not None:
+            shutil.rmtree(self._dump_dir, ignore_errors=True)
+            self._dump_dir = None
 
     close = kill
 
@@ -152,7 +160,7 @@ class Worker:
 
     def __getstate__(self):
         # A copy (pickled to an RLlib env runner, say) starts its own process when first used.
-        return {**self.__dict__, "_proc": None, "_log": None}
+        return {**self.__dict__, "_proc": None, "_log": None, "_dump_dir": None}
 
     def __del__(self):
         try:

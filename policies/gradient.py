@@ -3,14 +3,17 @@
 At the first step the policy builds the relaxed model of the env's current source around
 its current schedule (``jaxbench_env.sim.relaxed``: traces only, no compile), descends it
 with Adam from the current schedule and from ``starts - 1`` random points in the knobs'
-log2 ranges, rounds each end point to the nearest legal schedule and ranks those distinct
-schedules by the relaxed model. Each ``act`` then proposes the next one for the full
+log2 ranges, rounds each end point to the legal schedules around it (the corners of its
+grid cell that the space's check allows) and ranks those by the relaxed model, followed
+by their one-step neighbours, also ranked. Each ``act`` then proposes the next one for the full
 simulator to judge (one env step, one evaluation). Non-block knobs keep their current
 values. When the proposals run out, or the model cannot be built (no block-size knob, no
 pallas_call), it falls back to one-knob moves around the best schedule seen.
 """
 
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 
@@ -30,7 +33,8 @@ class GradientPolicy(Policy):
         self.model = None
         self.error: str | None = None
 
-    def _plan(self, env) -> list[dict]:
+    def proposals(self, env) -> list[dict]:
+        """Legal schedules near the descents' end points, best first by the relaxed model."""
         from jaxbench_env.sim import relaxed
 
         u = env.unwrapped
@@ -40,17 +44,20 @@ class GradientPolicy(Policy):
         except Exception as e:  # noqa: BLE001 - any failure: fall back to local moves
             self.error = f"no relaxed model: {e}"
             return []
-        rng = np.random.default_rng(self.seed)
         model = self.model
+        rng = np.random.default_rng(self.seed)
         starts = [model.x0] + [rng.uniform(model.lower, model.upper) for _ in range(self.starts - 1)]
-        scored = {}
-        for x in starts:
-            end = relaxed.descend(model, x, self.iterations, self.lr)
-            schedule = model.schedule(end, u.schedule, space)
-            if space.check(schedule) is None:
-                x_legal = np.log2([schedule[k] for k in model.knobs])
-                scored[schedule_key(schedule)] = (float(model.time(x_legal)), schedule)
-        return [s for _, s in sorted(scored.values(), key=lambda t: t[0])]
+        rounded = [s for x in starts
+                   for s in _roundings(model, relaxed.descend(model, x, self.iterations, self.lr), u.schedule, space)]
+        # The roundings first, then their legal one-step neighbours, each group by the model.
+        neighbours = [n for s in rounded for n in _steps(model, s, space)]
+        ranked, seen = [], set()
+        for group in (rounded, neighbours):
+            for schedule in sorted(group, key=lambda s: float(model.time(np.log2([s[k] for k in model.knobs])))):
+                if schedule_key(schedule) not in seen:
+                    seen.add(schedule_key(schedule))
+                    ranked.append(schedule)
+        return ranked
 
     def act(self, env):
         u = env.unwrapped
@@ -58,7 +65,7 @@ class GradientPolicy(Policy):
             raise ValueError("GradientPolicy needs action_mode 'schedule' or 'both'")
         if self._queue is None:
             self._tried.add(schedule_key(u.schedule))
-            self._queue = self._plan(env)
+            self._queue = self.proposals(env)
         while self._queue:
             schedule = self._queue.pop(0)
             if schedule_key(schedule) not in self._tried:
@@ -70,3 +77,34 @@ class GradientPolicy(Policy):
                 self._tried.add(schedule_key(schedule))
                 return schedule_action(env, schedule)
         return schedule_action(env, best)
+
+
+def _roundings(model, x, base: dict, space) -> list[dict]:
+    """The legal schedules at the corners of the grid cell around ``x`` (each block knob
+    rounded down or up); where none is legal (over VMEM, say), the corners with one knob a
+    value smaller."""
+    by_name = {k.name: k for k in space.knobs}
+    choices = []
+    for name, xi in zip(model.knobs, x):
+        values = sorted(by_name[name].values)
+        below = [v for v in values if np.log2(v) <= xi + 1e-6] or values[:1]
+        above = [v for v in values if np.log2(v) >= xi - 1e-6] or values[-1:]
+        choices.append(sorted({below[-1], above[0]}))
+    corners = [{**base, **dict(zip(model.knobs, combo))} for combo in itertools.product(*choices)]
+    legal = [c for c in corners if space.check(c) is None]
+    if legal:
+        return legal
+    return [s for c in corners for s in _steps(model, c, space, up=False)]
+
+
+def _steps(model, schedule: dict, space, up: bool = True) -> list[dict]:
+    """Legal schedules one block knob a value away (down, and up unless ``up`` is False)."""
+    by_name = {k.name: k for k in space.knobs}
+    out = []
+    for name in model.knobs:
+        values = sorted(by_name[name].values)
+        i = values.index(schedule[name])
+        for j in ((i - 1, i + 1) if up else (i - 1,)):
+            if 0 <= j < len(values) and space.check({**schedule, name: values[j]}) is None:
+                out.append({**schedule, name: values[j]})
+    return out

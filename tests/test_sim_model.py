@@ -148,7 +148,7 @@ def test_published_rows_map_onto_the_suite():
 @pytest.mark.slow
 def test_shipped_constants_predict_published_kernelbench_baselines(tmp_path):
     # Re-derives a few rows from scratch (compile, features, price) with the shipped fit.
-    rows = [r for r in calibrate.published_rows() if r.jaxbench_id in ("19k", "31k", "33k", "39k")]
+    rows = [r for r in calibrate.published_rows() if r.jaxbench_id in ("19k", "33k")]
     calibrate.gather(rows, cache_dir=tmp_path)
     rep = calibrate.report(rows, calibration())
     assert all(abs(t["log_error"]) < math.log(1.5) for t in rep["rows"]), rep["rows"]

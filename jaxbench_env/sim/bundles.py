@@ -14,6 +14,7 @@ v6e compile of the process (``tpu.v6e_device`` calls it).
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import shutil
@@ -111,7 +112,10 @@ def enable() -> Path | None:
     """Ask libtpu to dump final bundles into a private directory (before it initialises)."""
     global _dump_dir
     if _dump_dir is None and "--xla_jf_dump_to" not in os.environ.get("LIBTPU_INIT_ARGS", ""):
-        _dump_dir = Path(tempfile.mkdtemp(prefix="jaxbench-bundles-"))
+        given = os.environ.get("JAXBENCH_BUNDLE_DIR")  # made (and removed) by the worker's parent
+        _dump_dir = Path(given) if given else Path(tempfile.mkdtemp(prefix="jaxbench-bundles-"))
+        if not given:
+            atexit.register(shutil.rmtree, _dump_dir, True)
         flags = f"--xla_jf_dump_to={_dump_dir} --xla_jf_dump_llo_pass_label_regex=^final_bundles$"
         os.environ["LIBTPU_INIT_ARGS"] = (os.environ.get("LIBTPU_INIT_ARGS", "") + " " + flags).strip()
     return _dump_dir

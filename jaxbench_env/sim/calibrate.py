@@ -150,13 +150,17 @@ def report(rows: list[Row], cal: Calibration) -> dict:
     # optimal_seconds is missing for pure-Mosaic programs and can be negative (it counts a
     # ConcatBitcast as -1 s): it is scored on the rows where it is a time, beside the
     # simulator on those same rows.
+    def scored(rows, key):
+        return {**errors([t["measured_ms"] for t in rows], [t[key] for t in rows]), "rows": len(rows)}
+
     valid = [t for t in table if t["optimal_ms"] and t["optimal_ms"] > 0]
+    xla = [t for t in valid if t["variant"] == "baseline"]
     return {"calibration": cal.version, "rows": table,
-            "simulator": {**errors(measured, [t["predicted_ms"] for t in table]), "rows": len(table)},
-            "simulator_on_optimal_rows": {**errors([t["measured_ms"] for t in valid],
-                                                   [t["predicted_ms"] for t in valid]), "rows": len(valid)},
-            "optimal_seconds": {**errors([t["measured_ms"] for t in valid], [t["optimal_ms"] for t in valid]),
-                                "rows": len(valid)}}
+            "simulator": scored(table, "predicted_ms"),
+            "simulator_on_optimal_rows": scored(valid, "predicted_ms"),
+            "optimal_seconds": scored(valid, "optimal_ms"),
+            "simulator_on_xla_baselines": scored(xla, "predicted_ms"),
+            "optimal_seconds_on_xla_baselines": scored(xla, "optimal_ms")}
 
 
 SWEEP = [  # gemm template schedules: (block_m, block_k, block_n, buffers)

@@ -91,19 +91,71 @@ def _trip_count(attrs: str, condition: list[str]) -> int | None:
     return None
 
 
+def _parse(line: str):
+    """(name, shape, opcode, operand names, attributes) of one instruction line, or None."""
+    m = _INSTR.match(line)
+    if not m:
+        return None
+    return m.group(1), m.group(2), m.group(3), re.findall(r"%([\w.\-]+)", m.group(4)), m.group(5) or ""
+
+
+def _fusion_traffic(comps: dict, comp: str, memo: dict) -> tuple[dict[int, float], float | None]:
+    """What a fused computation really moves: per parameter read only through slices (a
+    window of a big buffer), the bytes of those slices; and for an in-place
+    ``dynamic-update-slice`` root, the update's bytes as the write (its buffer is not read).
+    Parameters used whole are left out (the caller counts their full size)."""
+    if comp in memo:
+        return memo[comp]
+    memo[comp] = ({}, None)  # a cycle guard; HLO computations do not recurse
+    instrs = [x for x in map(_parse, comps.get(comp, ())) if x]
+    shapes = {name: shape for name, shape, *_ in instrs}
+    root = next((_parse(ln) for ln in comps.get(comp, ()) if ln.lstrip().startswith("ROOT")), None)
+    params = {name: int(re.search(r"parameter\((\d+)\)", ln).group(1))
+              for ln in comps.get(comp, ()) for name, _, op, *_ in [_parse(ln) or ("", "", "", (), "")]
+              if op == "parameter"}
+    windowed: dict[int, float] = {}
+    for pname, index in params.items():
+        total, whole = 0.0, False
+        for name, shape, opcode, operands, attrs in instrs:
+            for pos, operand in enumerate(operands):
+                if operand != pname:
+                    continue
+                if opcode in ("dynamic-slice", "slice") and pos == 0:
+                    total += shape_bytes(shape)
+                elif opcode == "dynamic-update-slice" and pos == 0 and root and name == root[0]:
+                    pass  # updated in place: not read
+                elif opcode == "fusion" and re.search(r"calls=%([\w.\-]+)", attrs):
+                    inner, _ = _fusion_traffic(comps, re.search(r"calls=%([\w.\-]+)", attrs).group(1), memo)
+                    if pos in inner:
+                        total += inner[pos]
+                    else:
+                        whole = True
+                else:
+                    whole = True
+        if not whole:
+            windowed[index] = total
+    out = None
+    if root and root[2] == "dynamic-update-slice" and len(root[3]) > 1:
+        out = shape_bytes(shapes.get(root[3][1], ""))
+    memo[comp] = (windowed, out)
+    return memo[comp]
+
+
 def program_ops(text: str) -> tuple[list[XlaOp], list[str]]:
     """The entry computation's ops (and those of its while bodies), with notes on what was guessed."""
     comps, entry = _computations(text)
     notes: list[str] = []
     ops: list[XlaOp] = []
 
+    memo: dict = {}
+
     def walk(comp: str, times: int) -> None:
         shapes: dict[str, str] = {}
         for line in comps.get(comp, ()):
-            m = _INSTR.match(line)
-            if not m:
+            parsed = _parse(line)
+            if not parsed:
                 continue
-            name, shape, opcode, operands, attrs = m.group(1), m.group(2), m.group(3), m.group(4), m.group(5) or ""
+            name, shape, opcode, operands, attrs = parsed
             shapes[name] = shape
             if opcode == "while":
                 body = re.search(r"body=%([\w.\-]+)", attrs)
@@ -116,13 +168,22 @@ def program_ops(text: str) -> tuple[list[XlaOp], list[str]]:
                 continue
             if opcode in _FREE or 'custom_call_target="AllocateBuffer"' in attrs:  # allocation moves no bytes
                 continue
-            reads = sum(shape_bytes(shapes.get(o, "")) for o in re.findall(r"%([\w.\-]+)", operands))
+            read = [shape_bytes(shapes.get(o, "")) for o in operands]
+            write = shape_bytes(shape)
+            called = re.search(r"calls=%([\w.\-]+)", attrs)
+            if opcode == "fusion" and called:
+                windowed, out = _fusion_traffic(comps, called.group(1), memo)
+                read = [min(b, windowed.get(i, b)) for i, b in enumerate(read)]
+                write = write if out is None else min(write, out)
+            elif opcode == "dynamic-slice" and read:
+                read = [write] + read[1:]
+            elif opcode == "dynamic-update-slice" and len(read) > 1:
+                read, write = [0.0] + read[1:], read[1]
             # Pallas kernels carry kernel_metadata; the compiler's own Mosaic kernels
             # (online-softmax) do not.
             pallas = 'custom_call_target="tpu_custom_call"' in attrs and "kernel_metadata=" in attrs
             out_shapes = tuple(tuple(int(d) for d in dims.split(",") if d) for _, dims, _ in _ARRAY.findall(shape))
-            ops.append(XlaOp(name, opcode, reads + shape_bytes(shape), times, _estimated_cycles(attrs), pallas,
-                             out_shapes))
+            ops.append(XlaOp(name, opcode, sum(read) + write, times, _estimated_cycles(attrs), pallas, out_shapes))
 
     if entry is None:
         return [], ["no ENTRY computation in the compiled HLO"]

@@ -25,6 +25,9 @@ from . import hlo
 from .hardware import V6E, Calibration, Chip, calibration
 from .pallas import KernelFeatures, kernel_features, pallas_call_eqns
 
+# Bump when what ``program_features`` extracts changes: cached results then miss.
+FEATURES_VERSION = 2
+
 
 @dataclass
 class OpFeatures:
