@@ -29,6 +29,7 @@ _DEPTH = re.compile(r"\s*(>*)")
 _EXIT = re.compile(r"scmp\.\w+\.s32\.totalorder %\w+, (\d+)?[^;}]*?/\* loop exit test \*/")
 _FILE = re.compile(r"^\d+-(.+)-\d+-final_bundles\.txt$")
 
+_FLAGS = ("--xla_jf_dump_to=", "--xla_jf_dump_llo_pass_label_regex=")
 _dump_dir: Path | None = None
 
 
@@ -111,13 +112,19 @@ def parse(text: str) -> BundleProfile | None:
 def enable() -> Path | None:
     """Ask libtpu to dump final bundles into a private directory (before it initialises)."""
     global _dump_dir
-    if _dump_dir is None and "--xla_jf_dump_to" not in os.environ.get("LIBTPU_INIT_ARGS", ""):
-        given = os.environ.get("JAXBENCH_BUNDLE_DIR")  # made (and removed) by the worker's parent
-        _dump_dir = Path(given) if given else Path(tempfile.mkdtemp(prefix="jaxbench-bundles-"))
-        if not given:
-            atexit.register(shutil.rmtree, _dump_dir, True)
-        flags = f"--xla_jf_dump_to={_dump_dir} --xla_jf_dump_llo_pass_label_regex=^final_bundles$"
-        os.environ["LIBTPU_INIT_ARGS"] = (os.environ.get("LIBTPU_INIT_ARGS", "") + " " + flags).strip()
+    if _dump_dir is not None:
+        return _dump_dir
+    args = os.environ.get("LIBTPU_INIT_ARGS", "")
+    given = os.environ.get("JAXBENCH_BUNDLE_DIR")  # a worker's: made (and removed) by its parent
+    if given:  # the parent's own dump flags may be inherited: ours replace them
+        args = " ".join(a for a in args.split() if not a.startswith(_FLAGS))
+    elif "--xla_jf_dump_to" in args:  # the user's own dump: leave it alone, no bundles
+        return None
+    _dump_dir = Path(given) if given else Path(tempfile.mkdtemp(prefix="jaxbench-bundles-"))
+    if not given:
+        atexit.register(shutil.rmtree, _dump_dir, True)
+    flags = f"{_FLAGS[0]}{_dump_dir} {_FLAGS[1]}^final_bundles$"
+    os.environ["LIBTPU_INIT_ARGS"] = (args + " " + flags).strip()
     return _dump_dir
 
 
