@@ -49,10 +49,7 @@ def main() -> None:
             t0 = time.perf_counter()
             template = ev.evaluate(Candidate(wl.template_source(), wl.space().default()), check=not args.no_check)
             wall = time.perf_counter() - t0
-            expert = None
-            if wl.expert_file:
-                expert = ev.expert() if not args.no_check else ev.evaluate(
-                    Candidate(wl.expert_source(), {}), check=False)
+            expert = ev.expert(check=not args.no_check) if wl.expert_file else None
         finally:
             ev.close()
         check_s = template.details.get("stage_s", {}).get("check")

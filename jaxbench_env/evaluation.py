@@ -115,7 +115,7 @@ class Evaluator:
                    "source": None if candidate is None else candidate.source,
                    "schedule": {} if candidate is None else dict(candidate.schedule),
                    "compile_only": compile_only,
-                   "unchecked_because": None if expert_unchecked or not compile_only else "not checked: timing only"}
+                   "unchecked_because": "not checked: timing only" if compile_only and not expert_unchecked else None}
         base = dict(workload=self.workload.name, backend=self.backend, timing_source=self.timing_source)
         try:
             answer = self.worker.call(request)
@@ -132,13 +132,13 @@ class Evaluator:
         return (self.backend == "sim" and not wl.expert_checks_on_cpu
                 and candidate.source == wl.expert_source())
 
-    def expert(self) -> EvalResult:
+    def expert(self, check: bool = True) -> EvalResult:
         """The workload's expert kernel (jax's shipped Pallas kernel, JAXBench's tuned blocks)."""
         source = self.workload.expert_source()
         if source is None:
             raise ValueError(f"{self.workload.name} has no expert kernel; "
                              f"experts exist for: {', '.join(sorted(workloads.with_expert()))}")
-        return self.evaluate(Candidate(source, {}))
+        return self.evaluate(Candidate(source, {}), check)
 
     def baseline(self) -> EvalResult:
         """The XLA reference's result (time_ms is the baseline every speedup divides)."""

@@ -237,10 +237,6 @@ def _prefetch(closed_jaxpr, wl: workloads.Workload) -> dict:
     have them: their grids and index maps depend on the data (page tables, group sizes)."""
     from jaxbench_env.sim.pallas import prefetch_operands
 
-    eqns = pallas_call_eqns(closed_jaxpr.jaxpr)
-    if not any(e.params["grid_mapping"].num_index_operands or e.params["grid_mapping"].num_dynamic_grid_bounds
-               for e in eqns):
-        return {}
     try:
         return prefetch_operands(closed_jaxpr, lambda: wl.make_inputs(wl.config, 0))
     except Exception:  # noqa: BLE001 - the model falls back to upper bounds, and says so

@@ -84,15 +84,12 @@ def predicted_ms(row: Row, cal: Calibration) -> float:
     return price(row.features, V6E, cal).time_s * 1e3
 
 
-def spearman(a, b) -> float:
-    ra, rb = (np.argsort(np.argsort(x)).astype(float) for x in (a, b))
-    return float(np.corrcoef(ra, rb)[0, 1])
-
-
 def errors(measured, predicted) -> dict:
     """Rank correlation and log errors of predictions against measurements."""
+    from scipy.stats import spearmanr
+
     log_err = np.log(np.asarray(predicted) / np.asarray(measured))
-    return {"spearman": spearman(measured, predicted), "median_abs_log_error": float(np.median(np.abs(log_err))),
+    return {"spearman": float(spearmanr(measured, predicted).statistic), "median_abs_log_error": float(np.median(np.abs(log_err))),
             "max_abs_log_error": float(np.max(np.abs(log_err)))}
 
 

@@ -38,7 +38,8 @@ def _array_bytes(dtype: str, dims: str, layout: str | None) -> tuple[float, bool
     """(bytes with tile padding, whether it lives in HBM) of one array shape."""
     shape = [int(d) for d in dims.split(",") if d]
     layout = layout or ""
-    in_hbm = not re.search(r"S\((\d+)\)", layout) or re.search(r"S\((\d+)\)", layout).group(1) == "0"
+    space = re.search(r"S\((\d+)\)", layout)
+    in_hbm = space is None or space.group(1) == "0"
     tile = re.search(r"T\(([\d,]+)\)", layout)
     minor_to_major = [int(d) for d in layout.split(":")[0].split(",") if d.strip().isdigit()]
     if tile and shape and len(minor_to_major) == len(shape):
@@ -110,9 +111,8 @@ def _fusion_traffic(comps: dict, comp: str, memo: dict) -> tuple[dict[int, float
     instrs = [x for x in map(_parse, comps.get(comp, ())) if x]
     shapes = {name: shape for name, shape, *_ in instrs}
     root = next((_parse(ln) for ln in comps.get(comp, ()) if ln.lstrip().startswith("ROOT")), None)
-    params = {name: int(re.search(r"parameter\((\d+)\)", ln).group(1))
-              for ln in comps.get(comp, ()) for name, _, op, *_ in [_parse(ln) or ("", "", "", (), "")]
-              if op == "parameter"}
+    params = {m.group(1): int(m.group(4)) for m in map(_INSTR.match, comps.get(comp, ()))
+              if m and m.group(3) == "parameter"}
     windowed: dict[int, float] = {}
     for pname, index in params.items():
         total, whole = 0.0, False

@@ -226,6 +226,12 @@ def prefetch_operands(closed_jaxpr, make_inputs) -> dict[int, list]:
     import jax.numpy as jnp
     from jax.extend.core import Literal
 
+    def data_dependent(eqn) -> bool:
+        gm = eqn.params["grid_mapping"]
+        return bool(gm.num_dynamic_grid_bounds + gm.num_index_operands)
+
+    if not any(map(data_dependent, pallas_call_eqns(closed_jaxpr.jaxpr))):
+        return {}  # nothing to evaluate: skip the CPU run
     keys: list[int] = []
 
     def run(jaxpr, consts, args, found):
