@@ -19,7 +19,7 @@ import numpy as np
 import workloads
 from jaxbench_env.sim import V6E, bundles, predict_program
 from jaxbench_env.sim.pallas import pallas_call_eqns, vmem_estimate, vmem_limit
-from jaxbench_env.tpu import compile_for_v6e
+from jaxbench_env.aot import compile_for_v6e
 
 N_SEEDS = 3
 MAX_ERROR_CHARS = 2000

@@ -177,7 +177,7 @@ def _serve() -> None:
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
 
-    from jaxbench_env.tpu import prepare_process
+    from jaxbench_env.aot import prepare_process
 
     prepare_process(os.environ.get("JAXBENCH_WORKER_BACKEND", "sim"))
     from jaxbench_env import pipeline

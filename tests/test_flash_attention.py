@@ -1,6 +1,6 @@
 """flash_attention (1p): reference, check strength, and the Pallas template in interpret mode."""
 
-from jaxbench_env.tpu import prepare_process
+from jaxbench_env.aot import prepare_process
 
 prepare_process()  # CPU jax; a no-op for env vars when jax is already imported
 

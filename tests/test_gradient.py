@@ -1,6 +1,6 @@
 """The simulator's differentiable tier and the gradient policy that searches on it."""
 
-from jaxbench_env.tpu import prepare_process
+from jaxbench_env.aot import prepare_process
 
 prepare_process()
 

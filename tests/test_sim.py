@@ -2,7 +2,7 @@
 no compile): HBM operands take no VMEM and no pipeline traffic, semaphores take no bytes,
 ``dma_start`` copies count per loop trip, a data-dependent grid axis gets an upper bound."""
 
-from jaxbench_env.tpu import prepare_process
+from jaxbench_env.aot import prepare_process
 
 prepare_process()
 

@@ -1,7 +1,7 @@
 """The v6e simulator's known behaviour: its inputs (chip table, HLO bytes, bundle dumps) and
 the shapes of its predictions (blocks, re-fetches, buffering, memory-bound kernels)."""
 
-from jaxbench_env.tpu import prepare_process
+from jaxbench_env.aot import prepare_process
 
 prepare_process()
 

@@ -125,6 +125,26 @@ class Workload:
             out[key] = min(small, self.config[key])
         return out
 
+    def check_rungs(self) -> list[dict]:
+        """The ladder of check sizes: ``check_config()``, then every shrunk dimension doubled
+        (never past its full size) until the full config. A candidate that cannot trace at
+        one rung (a block larger than a shrunk dimension, say) is checked at the next, so
+        a kernel tuned for the full size is never rejected for the check's sake."""
+        rungs, config = [], self.check_config()
+        while True:
+            try:
+                self.validate_config(config)
+                rungs.append(config)
+            except ValueError:  # a doubled config this workload cannot run: skip the rung
+                pass
+            if config == self.config:
+                return rungs
+            config = {k: min(self.config[k], 2 * v) if k in self.check_overrides else v for k, v in config.items()}
+
+    def shrunk(self, config: Mapping[str, Any]) -> dict:
+        """The dimensions of ``config`` smaller than the full size (for messages)."""
+        return {k: v for k, v in config.items() if k in self.check_overrides and v != self.config[k]}
+
     def template_source(self) -> str:
         return (Path(__file__).parent / "templates" / self.template_file).read_text()
 

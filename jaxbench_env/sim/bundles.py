@@ -9,7 +9,7 @@ windows. This is an internal format: anything unreadable yields no profile, and 
 simulator falls back to its analytic estimate.
 
 The flag is read once, when libtpu initialises, so ``enable`` must run before the first
-v6e compile of the process (``tpu.prepare_process`` calls it, ``tpu.v6e_device`` again in
+v6e compile of the process (``aot.prepare_process`` calls it, ``aot.v6e_device`` again in
 case it did not run).
 """
 
