@@ -1,9 +1,16 @@
-"""Evaluating candidates: results, the cache in front, the sandbox worker behind.
+"""Evaluating candidates: results, the cache in front, the candidate's sandbox and the judge behind.
 
 ``Evaluator`` is the one entry point the environment, the CLI and the policies use. It
-owns a workload bound to a config, a backend ("sim" or "tpu"), a worker process and the
-on-disk result cache. The XLA baseline is evaluated once per (workload, config, backend)
-and cached like any result.
+owns a workload bound to a config, a backend ("sim" or "tpu"), the on-disk result cache,
+and two processes on either side of the trust boundary:
+
+- a ``Sandbox`` runs each candidate's Python in a fresh, isolated process that only
+  traces and exports its programs (``candidate_process.py``);
+- the judge's ``Worker`` verifies, checks, compiles and prices those programs
+  (``judge.py``) and never executes candidate code.
+
+Only the judge's answers enter the cache. The XLA baseline is judged once per (workload,
+config, backend), before any candidate of it runs, and cached like any result.
 """
 
 from __future__ import annotations
@@ -19,11 +26,15 @@ import workloads
 from jaxbench_env import sim
 from jaxbench_env.cache import ResultCache
 from jaxbench_env.candidate import Candidate, content_key
+from jaxbench_env.sandbox import Sandbox
 from jaxbench_env.worker import DEFAULT_MEMORY_BYTES, DEFAULT_TIMEOUT_S, Worker, WorkerError
 
 BACKENDS = ("auto", "sim", "tpu")
 TIMING_SOURCE = {"sim": "v6e-sim", "tpu": "v6e-measured"}
-CACHE_VERSION = 3  # 2: correct may be None (compile-only experts); 3: sim features and fitted constants
+CACHE_VERSION = 4  # 2: correct may be None (compile-only experts); 3: sim features; 4: judged artifacts
+BUILD_JOB = "jaxbench_env.candidate_process:build_artifacts"
+MAX_CANDIDATE_ERROR_CHARS = 4000
+_CANDIDATE_STAGES = ("load", "trace", "export", "done")
 
 
 def tpu_available() -> bool:
@@ -49,6 +60,10 @@ def _versions() -> dict:
         except importlib.metadata.PackageNotFoundError:
             out[pkg] = None
     return out
+
+
+class CandidateFailed(RuntimeError):
+    """The candidate's process did not answer: timeout, memory, crash. The message says which."""
 
 
 @dataclass
@@ -92,6 +107,7 @@ class Evaluator:
         self.timing_source = TIMING_SOURCE[self.backend]
         self.cache = ResultCache(cache_dir)
         self.worker = Worker(self.backend, timeout_s=timeout_s, memory_bytes=memory_bytes)
+        self.sandbox = Sandbox(timeout_s=timeout_s, memory_bytes=memory_bytes, hidden_paths=(str(self.cache.root),))
         # Measured times depend on the chip: key them by its type where the TPU VM names it.
         self._versions = {**_versions(), "tpu_type": os.environ.get("TPU_ACCELERATOR_TYPE") if self.backend == "tpu" else None,
                           "sim": f"{sim.FEATURES_VERSION}/{sim.calibration().version}" if self.backend == "sim" else None}
@@ -105,25 +121,49 @@ class Evaluator:
         )
 
     def _run(self, candidate: Candidate | None, check: bool = True) -> EvalResult:
+        if candidate is not None:
+            self.baseline()  # judged before any candidate of this workload runs
         expert_unchecked = candidate is not None and self._uninterpretable_expert(candidate)
         compile_only = candidate is not None and (expert_unchecked or not check)
         key = self._key(candidate, compile_only)
         hit = self.cache.get(key)
         if hit is not None:
             return EvalResult(**{**hit, "cached": True})
-        request = {"workload": self.workload.name, "config": self.workload.config, "backend": self.backend,
-                   "source": None if candidate is None else candidate.source,
-                   "schedule": {} if candidate is None else dict(candidate.schedule),
-                   "compile_only": compile_only,
-                   "unchecked_because": "not checked: timing only" if compile_only and not expert_unchecked else None}
         base = dict(workload=self.workload.name, backend=self.backend, timing_source=self.timing_source)
+        request = {"workload": self.workload.name, "config": self.workload.config, "backend": self.backend}
         try:
-            answer = self.worker.call(request)
-        except WorkerError as e:  # not cached: a timeout may not repeat on a quieter machine
-            return EvalResult(**base, compiled=False, correct=False, error=str(e), stage="worker")
+            if candidate is None:
+                answer = self.worker.call({**request, "op": "baseline"})
+            else:
+                answer = self._judge_candidate(request, candidate, compile_only, expert_unchecked)
+        except (WorkerError, CandidateFailed) as e:  # not cached: a timeout may not repeat on a quieter machine
+            return EvalResult(**base, compiled=False, correct=False, error=str(e),
+                              stage="sandbox" if isinstance(e, CandidateFailed) else "judge")
         result = EvalResult(**base, **answer)
         self.cache.put(key, {k: v for k, v in asdict(result).items() if k != "cached"})
         return result
+
+    def _judge_candidate(self, request: dict, candidate: Candidate, compile_only: bool, expert_unchecked: bool) -> dict:
+        """Build the candidate's programs in the sandbox, then have the judge judge them."""
+        built = self.sandbox.run(BUILD_JOB, {**request, "source": candidate.source,
+                                             "schedule": dict(candidate.schedule)})
+        if built.error is not None:
+            raise CandidateFailed(built.error)
+        manifest = built.manifest or {}
+        stage_s = {k: float(v) for k, v in (manifest.get("stage_s") or {}).items()
+                   if isinstance(k, str) and isinstance(v, (int, float))}
+        stage_s["sandbox"] = built.wall_s
+        if manifest.get("error") is not None:  # the candidate's own failure: data, shown as text
+            stage = manifest.get("stage")
+            return {"compiled": False, "correct": False, "stage": stage if stage in _CANDIDATE_STAGES else "load",
+                    "error": str(manifest["error"])[:MAX_CANDIDATE_ERROR_CHARS], "details": {"stage_s": stage_s}}
+        answer = self.worker.call({
+            **request, "op": "judge", "artifacts": built.blobs, "rung": manifest.get("rung"),
+            "interpret_error": str(manifest.get("interpret_error") or "")[:MAX_CANDIDATE_ERROR_CHARS],
+            "compile_only": compile_only,
+            "unchecked_because": "not checked: timing only" if compile_only and not expert_unchecked else None})
+        answer["details"]["stage_s"] = {**stage_s, **answer["details"].get("stage_s", {})}
+        return answer
 
     def _uninterpretable_expert(self, candidate: Candidate) -> bool:
         # Trusted by content: only the workload's own expert file, byte for byte, skips the
@@ -162,6 +202,7 @@ class Evaluator:
 
     def close(self) -> None:
         self.worker.close()
+        self.sandbox.close()
 
 
 def reward_of(result: EvalResult, mode: str, penalty: float, previous_speedup: float | None = None) -> float:

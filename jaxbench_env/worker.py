@@ -1,10 +1,13 @@
-"""The sandbox: candidate code runs in a separate, reusable worker process.
+"""The judge's worker: a reusable process that verifies, checks, compiles and prices.
 
-The parent talks to ``python -m jaxbench_env.worker`` over pipes (pickled, length-prefixed
-frames on a private copy of the child's stdout, so candidate prints cannot corrupt the
-protocol). Every call has a wall-clock timeout and a resident-memory limit; a worker that
-overruns, crashes or dies is killed and replaced, and the call returns an error result.
-Starting jax costs seconds, so one worker serves many calls.
+It runs only this project's code (``judge.py``) on data: the XLA reference, and the
+programs a candidate's sandboxed process exported (``sandbox.py`` runs candidate code;
+this process never does). The parent talks to ``python -m jaxbench_env.worker`` over
+pipes (pickled, length-prefixed frames: both ends are trusted). Every call has a
+wall-clock timeout and a resident-memory limit, since a hostile program can still make
+the compiler or the interpreter run long; a worker that overruns, crashes or dies is
+killed and replaced, and the call returns an error result. Starting jax costs seconds,
+so one worker serves many calls.
 """
 
 from __future__ import annotations
@@ -180,17 +183,17 @@ def _serve() -> None:
     from jaxbench_env.aot import prepare_process
 
     prepare_process(os.environ.get("JAXBENCH_WORKER_BACKEND", "sim"))
-    from jaxbench_env import pipeline
+    from jaxbench_env import judge
+
+    handlers = {"baseline": judge.baseline, "judge": judge.judge}
 
     while True:
         try:
             request = _read_frame(proto_in)
         except EOFError:
             return
-        if request.get("op") == "ping":
-            answer = {"ok": True, "pid": os.getpid()}
-        else:
-            answer = pipeline.evaluate(request)
+        op = request.get("op")
+        answer = {"ok": True, "pid": os.getpid()} if op == "ping" else handlers[op](request)
         sys.stdout.flush()
         _write_frame(proto_out, answer)
 

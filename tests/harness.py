@@ -1,6 +1,7 @@
 """Shared helpers for the per-workload tests: a workload at its check size, judged by the
-product's own correctness check (``jaxbench_env.pipeline``), so the tests and the
-environment cannot disagree about what "correct" means."""
+product's own judge (``jaxbench_env.judge``) on the programs the product's own candidate
+process exports, so the tests and the environment cannot disagree about what "correct"
+means. (The tests run both sides in-process: they trust the templates they test.)"""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import functools
 
 import numpy as np
 
-from jaxbench_env import pipeline
+from jaxbench_env import candidate_process, judge
+
+TEST_SEEDS = (0, 1, 2)
 
 
 class AtCheckSize:
@@ -18,8 +21,8 @@ class AtCheckSize:
         self.w = workload
         self.cfg = workload.check_config()
 
-    def expected(self, seed: int) -> pipeline.Expected:
-        return pipeline.expected(self.w, self.cfg, seed)
+    def expected(self, seed: int) -> judge.Expected:
+        return judge.expected(self.w, self.cfg, seed)
 
     def inputs(self, seed: int) -> tuple:
         return self.expected(seed).inputs
@@ -32,8 +35,8 @@ class AtCheckSize:
         """True when the correctness check fails ``bad`` as an output for ``seed``."""
         e = self.expected(seed)
         try:
-            pipeline.compare_outputs(np.asarray(bad, np.float32), e.target, e.atol, e.rtol)
-        except pipeline.StageError:
+            judge.compare_outputs(np.asarray(bad, np.float32), e.target, e.atol, e.rtol)
+        except judge.Rejected:
             return True
         return False
 
@@ -43,6 +46,22 @@ def schedule_id(schedule: dict) -> str:
     return "-".join(f"{k}{v}" for k, v in schedule.items()) or "default"
 
 
+def judge_check(workload, source: str, schedule: dict) -> float:
+    """Build ``source``'s programs as the sandbox would, then verify and check them as the
+    judge does (3 seeds at the check size); the max abs error, or AssertionError."""
+    request = {"workload": workload.name, "config": workload.config, "source": source, "schedule": schedule,
+               "backend": "sim"}
+    manifest, blobs = candidate_process.build_artifacts(request)
+    assert manifest["error"] is None, manifest["error"]
+    try:
+        programs, check_config = judge.verify_request(workload, {**request, "artifacts": blobs,
+                                                                 "rung": manifest["rung"]})
+        assert "check_cpu" in programs, manifest.get("interpret_error")
+        return judge.check_outputs(workload, programs["check_cpu"], check_config, TEST_SEEDS)
+    except judge.Rejected as e:
+        raise AssertionError(str(e)) from None
+
+
 def assert_template_correct(workload, schedule: dict) -> None:
     """The template at ``schedule`` (over the defaults) passes the environment's check:
     interpret mode at check size, 3 seeds, structure, dtype, allclose, no NaN."""
@@ -50,18 +69,28 @@ def assert_template_correct(workload, schedule: dict) -> None:
     full = {**space.default(), **schedule}
     assert space.check(full) is None, space.check(full)
     assert workload.schedule_space(workload.check_config()).check(full) is None
-    module = pipeline.load_module(workload.template_source(), workload.config, full)
+    module = candidate_process.load_module(workload.template_source(), workload.config, full)
     assert set(module.SCHEDULE) == set(space.names)
     try:
-        pipeline.check(module, workload, on_tpu=False)
-    except pipeline.StageError as e:
+        judge_check(workload, workload.template_source(), full)
+    except AssertionError as e:
         raise AssertionError(f"template at {full} failed the check: {e}") from None
 
 
 def assert_expert_correct(workload) -> None:
-    """The workload's expert file passes the environment's interpret-mode check at check size."""
-    module = pipeline.load_module(workload.expert_source(), workload.config, {})
+    """The workload's expert file passes the environment's interpret-mode check."""
     try:
-        pipeline.check(module, workload, on_tpu=False)
-    except pipeline.StageError as e:
+        judge_check(workload, workload.expert_source(), {})
+    except AssertionError as e:
         raise AssertionError(f"expert of {workload.name} failed the check: {e}") from None
+
+
+def compile_full_size(workload, source: str, schedule: dict):
+    """Build ``source``'s programs and compile the full-size one for v6e as the judge does;
+    returns (compiled, bundle profiles, the full-size Exported)."""
+    manifest, blobs = candidate_process.build_artifacts(
+        {"workload": workload.name, "config": workload.config, "source": source, "schedule": schedule})
+    assert manifest["error"] is None, manifest["error"]
+    full = judge.read_artifacts(blobs)["full_tpu"]
+    compiled, profiles = judge.compile_v6e(full.call, full.in_avals)
+    return compiled, profiles, full

@@ -118,7 +118,7 @@ def test_schedule_over_vmem_is_rejected_with_reason(make_env):
 
 
 def test_compiler_vmem_error_is_reported_readably():
-    from jaxbench_env.pipeline import _compile_error
+    from jaxbench_env.judge import compile_error as _compile_error
 
     # The v6e compiler's message for a kernel whose blocks needed 292 MiB (seen with libtpu 0.0.42.1).
     err = RuntimeError("RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory space "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 
 from jaxbench_env.cache import ResultCache
@@ -37,3 +38,27 @@ def test_key_depends_on_source_and_schedule():
     }
     assert len(keys) == 3
     assert content_key(c=a.key()) == content_key(c=Candidate(a.source, {"block": 128}).key())
+
+
+def test_entries_written_without_the_secret_are_misses(tmp_path):
+    cache = ResultCache(tmp_path)
+    key = content_key(i=1)
+    cache.put(key, {"time_ms": 5.0})
+    assert cache.get(key) == {"time_ms": 5.0}
+    path = tmp_path / key[:2] / f"{key}.json"
+    entry = json.loads(path.read_text())
+    entry["value"] = entry["value"].replace("5.0", "0.001")  # a rewritten value, old MAC
+    path.write_text(json.dumps(entry))
+    assert cache.get(key) is None
+    path.write_text(json.dumps({"time_ms": 0.001}))  # an unauthenticated entry
+    assert cache.get(key) is None
+    path.write_text("garbage{")
+    assert cache.get(key) is None
+    assert (tmp_path / ".secret").stat().st_mode & 0o077 == 0  # readable by its owner only
+
+
+def test_nodes_sharing_a_directory_share_its_secret(tmp_path, monkeypatch):
+    ResultCache(tmp_path).put(content_key(i=2), {"ok": True})
+    assert ResultCache(tmp_path).get(content_key(i=2)) == {"ok": True}  # another process, same dir
+    monkeypatch.setenv("JAXBENCH_CACHE_SECRET", "ab" * 32)  # an explicit secret is another key
+    assert ResultCache(tmp_path).get(content_key(i=2)) is None

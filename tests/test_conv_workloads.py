@@ -12,7 +12,7 @@ import pytest
 from harness import AtCheckSize, assert_template_correct, schedule_id
 from numpy.lib.stride_tricks import sliding_window_view
 
-from jaxbench_env import pipeline
+from jaxbench_env import judge
 from workloads import conv_workloads as cw
 from workloads.kernelbench import K0, KB
 
@@ -226,7 +226,7 @@ def test_noise_floor_tolerance_passes_correct_and_fails_spec_tolerance(i):
     correct = np.asarray(jnp.asarray(r32, jnp.bfloat16), np.float32)
     assert not C.rejects(correct)
     assert not np.allclose(correct, C.ref(0), atol=W.atol, rtol=W.rtol)
-    e32 = pipeline.expected(CLASSES[i]({"dtype": "float32"}), cfg32, 0)
+    e32 = judge.expected(CLASSES[i]({"dtype": "float32"}), cfg32, 0)
     assert (e32.atol, e32.rtol) == (W.atol, W.rtol) and e32.target is e32.ref
     r = C.ref(0)
     assert C.rejects(np.zeros_like(r)) and C.rejects(np.full_like(r, r.mean()))

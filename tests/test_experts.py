@@ -12,7 +12,7 @@ import workloads
 from conftest import SMALL_GEMM
 from jaxbench_env.candidate import Candidate
 from jaxbench_env.evaluation import Evaluator
-from jaxbench_env.pipeline import COMPILE_ONLY_NOTE
+from jaxbench_env.judge import COMPILE_ONLY_NOTE
 from policies import ExpertPolicy, make_policy, run_policy
 
 

@@ -15,7 +15,7 @@ import pytest
 from harness import AtCheckSize, assert_template_correct, schedule_id
 
 import workloads
-from jaxbench_env import pipeline
+from jaxbench_env import judge
 from workloads import kernelbench as kb
 from workloads.matmul_workloads import MATMUL_WORKLOADS
 
@@ -95,9 +95,9 @@ def test_bf16_noise_widens_the_tolerance_only_where_needed():
     e = relu.expected(0)
     assert e.atol / atol == pytest.approx(e.rtol / rtol) and e.atol > atol  # (v - 2) * 1.5 rounds in bf16
     ratio = np.max(np.abs(relu.ref(0) - np.asarray(e.target)) / (e.atol + e.rtol * np.abs(np.asarray(e.target))))
-    assert ratio == pytest.approx(1 / pipeline.NOISE_MARGIN, rel=1e-3)
+    assert ratio == pytest.approx(1 / judge.NOISE_MARGIN, rel=1e-3)
     f32 = workloads.get("matmul_subtract_multiply_relu", {"dtype": "float32"})
-    e32 = pipeline.expected(f32, f32.check_config(), 0)
+    e32 = judge.expected(f32, f32.check_config(), 0)
     assert (e32.atol, e32.rtol) == f32.tolerance(f32.check_config()) and e32.target is e32.ref
 
 

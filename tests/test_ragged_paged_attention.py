@@ -10,8 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from harness import AtCheckSize, assert_template_correct, schedule_id
-from jaxbench_env import pipeline
+from harness import AtCheckSize, assert_template_correct, compile_full_size, schedule_id
+from jaxbench_env import candidate_process, judge
 from workloads import WORKLOADS
 from workloads.ragged_paged_attention import RaggedPagedAttention, scenario
 
@@ -157,11 +157,11 @@ def test_template_is_general():
     from jax.experimental.pallas import tpu as pltpu
 
     case = general_inputs()
-    module = pipeline.load_module(W.template_source(), CFG, {"q_block": 32, "pages_per_block": 8})
+    module = candidate_process.load_module(W.template_source(), CFG, {"q_block": 32, "pages_per_block": 8})
     with pltpu.force_tpu_interpret_mode():
         out = np.asarray(jax.jit(module.workload)(*case), np.float32)
     expect = np.asarray(jax.jit(functools.partial(W.reference, CFG))(*case), np.float32)
-    pipeline.compare_outputs(out, expect, W.atol, W.rtol)
+    judge.compare_outputs(out, expect, W.atol, W.rtol)
 
 
 def test_interpreter_still_cannot_run_the_expert():
@@ -170,11 +170,11 @@ def test_interpreter_still_cannot_run_the_expert():
     from jax.experimental.pallas import tpu as pltpu
 
     assert W.expert_checks_on_cpu is False
-    module = pipeline.load_module(W.expert_source(), CFG, {})
+    module = candidate_process.load_module(W.expert_source(), CFG, {})
     with pytest.raises(Exception, match="ReshapeTransform"), pltpu.force_tpu_interpret_mode():
         jax.block_until_ready(jax.jit(module.workload)(*inputs(0)))
 
 
 @pytest.mark.slow
 def test_expert_compiles_for_v6e_at_full_size():
-    pipeline.compile_full(pipeline.load_module(W.expert_source(), W.config, {}), W)
+    pipeline.compile_full(candidate_process.load_module(W.expert_source(), W.config, {}), W)

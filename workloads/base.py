@@ -71,6 +71,14 @@ def matmul_vmem_bytes(bm: int, bk: int, bn: int, buffers: int, dtype: str) -> in
             + 2 * tile_bytes((bm, bn), dtype) + tile_bytes((bm, bn), "float32"))
 
 
+def _toward(value, full):
+    """One rung of the check-size ladder: a smaller positive int doubles (capped at
+    ``full``); anything else that differs becomes ``full``."""
+    if isinstance(value, int) and isinstance(full, int) and 0 < value < full:
+        return min(full, 2 * value)
+    return full
+
+
 class Workload:
     """Base class. Subclasses set the class attributes and implement the four methods."""
 
@@ -139,11 +147,11 @@ class Workload:
                 pass
             if config == self.config:
                 return rungs
-            config = {k: min(self.config[k], 2 * v) if k in self.check_overrides else v for k, v in config.items()}
+            config = {k: _toward(v, self.config[k]) for k, v in config.items()}
 
     def shrunk(self, config: Mapping[str, Any]) -> dict:
-        """The dimensions of ``config`` smaller than the full size (for messages)."""
-        return {k: v for k, v in config.items() if k in self.check_overrides and v != self.config[k]}
+        """The entries of ``config`` that differ from the full size (for messages)."""
+        return {k: v for k, v in config.items() if v != self.config[k]}
 
     def template_source(self) -> str:
         return (Path(__file__).parent / "templates" / self.template_file).read_text()

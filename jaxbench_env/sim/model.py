@@ -1,8 +1,9 @@
 """Predicted v6e time of a compiled program: features from the compile, then a price.
 
-``program_features`` reads what the compile produced, once: every op of the compiled HLO
-(its HBM bytes with layout padding, ``hlo.py``) with the bundles the compiler scheduled for
-it (``bundles.py``), and each ``pallas_call`` step by step from its jaxpr (``pallas.py``).
+``program_features`` reads what the compile produced, once, and nothing else (no jaxpr, no
+candidate code): every op of the compiled HLO (its HBM bytes with layout padding,
+``hlo.py``) with the bundles the compiler scheduled for it (``bundles.py``), and each Pallas
+kernel step by step from the Mosaic module inside its ``tpu_custom_call`` (``mosaic.py``).
 ``price`` turns features into seconds with the chip and the fitted constants, cheaply, so a
 fit re-prices stored features without compiling again:
 
@@ -21,12 +22,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from . import bundles as bundle_dumps
-from . import hlo
+from . import hlo, mosaic
 from .hardware import V6E, Calibration, Chip, calibration
 from .pallas import KernelFeatures, kernel_features, pallas_call_eqns
 
 # Bump when what ``program_features`` extracts changes: cached results then miss.
-FEATURES_VERSION = 2
+FEATURES_VERSION = 3
 
 
 @dataclass
@@ -83,7 +84,8 @@ def _optimal_seconds(compiled) -> float | None:
 
 
 def _match_kernels(kernels: list[KernelFeatures], ops: list[hlo.XlaOp]) -> dict[int, hlo.XlaOp]:
-    """Each kernel's custom-call in the compiled HLO, matched by output shapes in order."""
+    """Each jaxpr kernel's custom-call in the compiled HLO, matched by output shapes in order
+    (the jaxpr path only: the Mosaic path matches by op name)."""
     free = [op for op in ops if op.pallas]
     matched = {}
     for i, k in enumerate(kernels):
@@ -95,20 +97,70 @@ def _match_kernels(kernels: list[KernelFeatures], ops: list[hlo.XlaOp]) -> dict[
     return matched
 
 
-def program_features(jaxpr, compiled, profiles: dict | None = None, prefetch: dict | None = None) -> ProgramFeatures:
-    """Features of a traced (``jaxpr``) and compiled (``compiled``) program.
+def _is_compiled(x) -> bool:
+    return hasattr(x, "as_text") and not hasattr(x, "eqns")
+
+
+def program_features(compiled, profiles: dict | None = None, prefetch: list | None = None,
+                     *legacy) -> ProgramFeatures:
+    """Features of a compiled program (``compiled``: what ``.compile()`` returned), read from
+    its HLO and its kernels' Mosaic modules alone.
 
     ``profiles``: bundle profiles by HLO op name (``bundles.collect()`` right after the
-    compile); without them compute falls back to the analytic estimates. ``prefetch``: the
-    concrete scalar-prefetch operands by ``id(eqn)`` (``pallas.prefetch_operands``).
+    compile); without them compute falls back to the analytic estimates. ``prefetch``: one
+    entry per ``tpu_custom_call`` of the compiled HLO, in the order
+    ``mosaic.hlo_custom_calls(compiled.as_text())`` lists them: the concrete values of the
+    call's leading operands (dynamic grid bounds, then scalar-prefetch tables; ``[]`` for a
+    kernel without any) or None (upper bounds, and a fresh block every step for index maps
+    that read tables); or None for all. Values listed in the exported program's order
+    (``prefetch.prefetch_tables``) are put in this order with ``mosaic.match_calls``: the
+    compiler may add Mosaic kernels of its own (entries None) and order kernels its way.
+
+    Transitional: called the old way, ``program_features(jaxpr, compiled, profiles,
+    prefetch_by_eqn_id)``, it reads the kernels from the jaxpr (``jaxpr_program_features``).
     """
+    if not _is_compiled(compiled):
+        return jaxpr_program_features(compiled, profiles, prefetch, *legacy)
+    text = compiled.as_text()
+    ops, notes = hlo.program_ops(text)
+    calls = mosaic.hlo_custom_calls(text)
+    if prefetch is not None and len(prefetch) != len(calls):
+        raise ValueError(f"{len(prefetch)} prefetch entries for the compiled program's {len(calls)} "
+                         "tpu_custom_calls (put them in its order with mosaic.match_calls)")
+    by_name = {op.name: op for op in ops}
+    kernels, kernel_ops = [], []
+    for i, call in enumerate(calls):
+        if not call.pallas:  # the compiler's own Mosaic kernel: an XLA op like any other
+            continue
+        kernels.append(mosaic.kernel_features(call, prefetch[i] if prefetch is not None else None))
+        kernel_ops.append(by_name.get(call.name))
+    if any(op is None for op in kernel_ops):
+        notes.append("some kernels are outside the ops the program runs at top level or in its loops: "
+                     "priced as running once")
+    return _features(compiled, ops, notes, kernels, kernel_ops, profiles or {})
+
+
+def jaxpr_program_features(jaxpr, compiled, profiles: dict | None = None,
+                           prefetch: dict | None = None) -> ProgramFeatures:
+    """``program_features`` with the kernels read from a traced program's jaxpr (matched to
+    the compiled HLO's custom calls by output shapes); ``prefetch``: the concrete
+    scalar-prefetch operands by ``id(eqn)`` (``pallas.prefetch_operands``). Kept while
+    callers move to the jaxpr-free ``program_features``."""
     profiles, prefetch = profiles or {}, prefetch or {}
     ops, notes = hlo.program_ops(compiled.as_text())
     kernels = [kernel_features(e, prefetch.get(id(e))) for e in pallas_call_eqns(jaxpr)]
     matched = _match_kernels(kernels, ops)
-    for i, k in enumerate(kernels):
-        profile = profiles.get(matched[i].name) if i in matched else None
-        k.times = matched[i].times if i in matched else 1
+    if kernels and len(matched) < len(kernels):
+        notes.append("some kernels not found in the compiled HLO: their compute is the analytic estimate")
+    return _features(compiled, ops, notes, kernels, [matched.get(i) for i in range(len(kernels))], profiles)
+
+
+def _features(compiled, ops: list[hlo.XlaOp], notes: list, kernels: list[KernelFeatures], kernel_ops: list,
+              profiles: dict) -> ProgramFeatures:
+    """Program features from its ops and its kernels (each with its op in ``ops``, or None)."""
+    for k, op in zip(kernels, kernel_ops):
+        profile = profiles.get(op.name) if op is not None else None
+        k.times = op.times if op is not None else 1
         if profile is not None:
             outside, per_iteration, trip = profile.per_iteration()
             if profile.outer_loop() is None:  # one grid step: no loop
@@ -116,14 +168,12 @@ def program_features(jaxpr, compiled, profiles: dict | None = None, prefetch: di
             else:  # the grid loop runs steps + 2 pipeline stages (trip None: sized at run time)
                 k.bundles_per_step = per_iteration * trip / k.steps if trip else per_iteration
                 k.bundles_outside = outside
-    if kernels and len(matched) < len(kernels):
-        notes.append("some kernels not found in the compiled HLO: their compute is the analytic estimate")
     if any(k.bundles_per_step is None for k in kernels):
         notes.append("kernel compute from the analytic estimate (no readable bundles)")
-    kernel_ops = {op.name for op in matched.values()}
+    taken = {op.name for op in kernel_ops if op is not None}
     xla_ops = []
     for op in ops:
-        if op.name in kernel_ops:
+        if op.name in taken:
             continue
         profile = profiles.get(op.name)
         xla_ops.append(OpFeatures(op.name, op.opcode, op.hbm_bytes, op.times,
@@ -131,8 +181,8 @@ def program_features(jaxpr, compiled, profiles: dict | None = None, prefetch: di
     if any(o.bundles is None and o.hbm_bytes > 0 for o in xla_ops if o.opcode not in ("copy-start",)):
         notes.append("XLA ops without readable bundles priced from the compiler's cycle estimate or traffic")
     if any(k.dynamic_index for k in kernels):
-        notes.append("scalar-prefetch index maps priced as a fresh block every step (their tables were not "
-                     "evaluated on concrete inputs)")
+        notes.append("index maps that could not be evaluated (scalar-prefetch tables without concrete values) "
+                     "priced as a fresh block every step")
     if any(k.manual_dma for k in kernels):
         notes.append("hand-issued DMAs (dma_start) priced as overlapped with compute")
     bounds = sorted({k.grid_bound for k in kernels if k.grid_bound is not None})
@@ -185,9 +235,21 @@ def price(features: ProgramFeatures, chip: Chip = V6E, cal: Calibration | None =
                         cal.version, list(features.notes), features)
 
 
-def predict_program(jaxpr, compiled, chip: Chip = V6E, profiles: dict | None = None,
-                    prefetch: dict | None = None) -> SimBreakdown:
-    """Predicted v6e seconds of a traced and compiled program (bundles collected if dumped)."""
+def predict_program(compiled, chip: Chip = V6E, profiles: dict | None = None, prefetch: list | None = None,
+                    *legacy) -> SimBreakdown:
+    """Predicted v6e seconds of a compiled program (bundles collected if dumped); ``prefetch``
+    as for ``program_features``.
+
+    Transitional: ``predict_program(jaxpr, compiled, chip, profiles, prefetch_by_eqn_id)``,
+    the old call, prices the kernels read from the jaxpr."""
+    if not _is_compiled(compiled):  # the old signature: (jaxpr, compiled, chip, profiles, prefetch)
+        jaxpr, compiled = compiled, chip
+        chip = profiles if profiles is not None else V6E
+        profiles = prefetch
+        prefetch = legacy[0] if legacy else None
+        if profiles is None:
+            profiles = bundle_dumps.collect()
+        return price(jaxpr_program_features(jaxpr, compiled, profiles, prefetch), chip)
     if profiles is None:
         profiles = bundle_dumps.collect()
-    return price(program_features(jaxpr, compiled, profiles, prefetch), chip)
+    return price(program_features(compiled, profiles, prefetch), chip)

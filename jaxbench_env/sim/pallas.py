@@ -10,6 +10,10 @@ copies a body issues itself (``dma_start``) count by the bytes of their destinat
 The body's work per step (MXU flops of ``dot_general``, vector and transcendental element
 ops) is the analytic fallback for compute; the compiled kernel's bundles replace it where
 they can be read (``bundles.py``). Both branches of a ``cond`` (``pl.when``) count.
+
+From block indices per step to traffic rows (``assemble``) is shared with ``mosaic.py``,
+which reads the same kernel from the Mosaic module inside its ``tpu_custom_call`` (what the
+judge compiles, with no jaxpr) and must give the same features.
 """
 
 from __future__ import annotations
@@ -21,9 +25,11 @@ import numpy as np
 
 _TRANSCENDENTAL = {"exp", "exp2", "log", "log1p", "tanh", "logistic", "rsqrt", "sqrt", "sin", "cos", "erf", "pow",
                    "expm1", "erf_inv", "atan2"}
+# No element work of their own: data movement, and calls and control flow (their bodies count).
 _FREE = {"program_id", "num_programs", "get", "swap", "load", "store", "masked_load", "masked_swap",
-         "broadcast_in_dim", "reshape", "squeeze", "expand_dims", "convert_element_type", "iota", "pjit",
-         "closed_call", "cond", "while", "scan", "dma_start", "dma_wait", "semaphore_signal", "semaphore_wait"}
+         "broadcast_in_dim", "reshape", "squeeze", "expand_dims", "convert_element_type", "iota", "pjit", "jit",
+         "closed_call", "cond", "while", "scan", "dma_start", "dma_wait", "semaphore_signal", "semaphore_wait",
+         "multiple_of"}
 
 
 @dataclass
@@ -78,7 +84,22 @@ def _block_elems(bm) -> int:
     return math.prod(int(d) for d in bm.block_aval.shape) if bm.block_aval.shape else 1
 
 
+def _block_bytes(bm) -> int:
+    return _block_elems(bm) * np.dtype(bm.array_aval.dtype).itemsize
+
+
+def _memory_space(bm) -> str:
+    """"vmem", "smem", "any", "hbm", "semaphore" or "default" (VMEM for a TensorCore kernel)."""
+    space = getattr(bm.transformed_block_aval, "memory_space", None)
+    return str(space).lower().rsplit(".", 1)[-1] if space is not None else "default"
+
+
 def _buffers(bm) -> int:
+    """Buffers the pipeline gives a block: its pipeline mode's count, else two. Mosaic's
+    lowering makes a VMEM block that is the whole array at index 0 single-buffered (it is
+    fetched once), whatever its mode said."""
+    if _memory_space(bm) in ("default", "vmem") and bm.has_trivial_window():
+        return 1
     mode = getattr(bm, "pipeline_mode", None)
     return int(getattr(mode, "buffer_count", 2) or 2) if mode is not None else 2
 
@@ -103,16 +124,19 @@ def _scratch_bytes(gm) -> int:
 def _pipelined(bm) -> bool:
     """False for an operand left in HBM (memory_space=pl.ANY): the kernel copies from it
     by hand, so the pipeline neither fetches it nor gives it VMEM."""
-    space = getattr(bm.transformed_block_aval, "memory_space", None)
-    return str(space).lower().rsplit(".", 1)[-1] not in ("any", "hbm")
+    return _memory_space(bm) not in ("any", "hbm", "semaphore")
 
 
 def vmem_estimate(eqn) -> int:
     """Bytes of VMEM a pallas_call's pipelined blocks and scratch need (no layout padding)."""
     gm = eqn.params["grid_mapping"]
-    blocks = sum(_buffers(bm) * _block_elems(bm) * np.dtype(bm.array_aval.dtype).itemsize
-                 for bm in gm.block_mappings if _pipelined(bm))
-    return blocks + _scratch_bytes(gm)
+    return pipeline_vmem([(_block_bytes(bm), _buffers(bm)) for bm in gm.block_mappings if _pipelined(bm)],
+                         _scratch_bytes(gm))
+
+
+def pipeline_vmem(blocks, scratch_bytes: int) -> int:
+    """VMEM of a kernel's pipelined blocks ((bytes of one block, buffers) each) and scratch."""
+    return int(sum(nbytes * buffers for nbytes, buffers in blocks)) + int(scratch_bytes)
 
 
 def vmem_limit(eqn, scoped_default: int) -> int:
@@ -167,26 +191,52 @@ def body_work(jaxpr) -> tuple[float, float, float, float]:
     return flops, vec, trans, dma
 
 
-def _block_indices(bm, grid_points: np.ndarray, tables: list | None) -> np.ndarray | None:
+def grid_points(grid: tuple) -> np.ndarray:
+    """Every step's grid indices in the order the pipeline runs them (the last axis fastest),
+    shape (steps, len(grid))."""
+    if not grid:
+        return np.zeros((1, 0), np.int64)
+    return np.indices(grid).reshape(len(grid), -1).T
+
+
+def _reads(jaxpr, variables) -> bool:
+    """Whether any equation (or output) of ``jaxpr`` reads one of ``variables``."""
+    wanted = set(variables)
+    return any(v in wanted for eqn in jaxpr.eqns for v in eqn.invars if not hasattr(v, "val")) or \
+        any(v in wanted for v in jaxpr.outvars if not hasattr(v, "val"))
+
+
+def _block_indices(bm, points: np.ndarray, tables: list | None) -> np.ndarray | None:
     """Block index of this mapping at every grid step, shape (steps, ndim); None if it
     reads scalar-prefetch tables whose values are unknown (``tables`` None)."""
     import jax
 
     closed = bm.index_map_jaxpr
-    n_ids = grid_points.shape[1]
+    n_ids = points.shape[1]
     n_tables = len(closed.jaxpr.invars) - n_ids
-    if n_tables and (tables is None or len(tables) != n_tables):
-        return None
+    n_out = len(closed.jaxpr.outvars)
     jaxpr, consts = closed.jaxpr, closed.consts
-    if n_tables:  # the tables are SMEM refs: turn their reads into array indexing
+    unused = None
+    if n_tables and not _reads(jaxpr, jaxpr.invars[n_ids:]):
+        unused = [None] * n_tables  # an index map that ignores the tables: evaluate it without them
+    elif n_tables and (tables is None or len(tables) != n_tables):
+        return None
+    elif n_tables:  # the tables are SMEM refs: turn their reads into array indexing
         from jax._src.state.discharge import discharge_state
 
         pure = discharge_state(closed)
         jaxpr, consts = pure.jaxpr, pure.consts
-    n_out = len(closed.jaxpr.outvars)
-    fn = jax.vmap(lambda ids, tabs: jax.core.eval_jaxpr(jaxpr, consts, *ids, *tabs)[:n_out], in_axes=(0, None))
-    outs = jax.jit(fn)(list(grid_points.astype(np.int32).T), list(tables or ()))
-    return np.stack([np.broadcast_to(np.asarray(o), (grid_points.shape[0],)) for o in outs], axis=1)
+
+    def run(ids, tabs):
+        return jax.core.eval_jaxpr(jaxpr, consts, *ids, *(unused if unused is not None else tabs))[:n_out]
+
+    tabs = [] if unused is not None else list(tables or ())
+    if n_ids:
+        outs = jax.jit(jax.vmap(run, in_axes=(0, None)))(list(points.astype(np.int32).T), tabs)
+    else:  # no grid: one step
+        outs = jax.jit(lambda t: run([], t))(tabs)
+    return np.stack([np.broadcast_to(np.asarray(o), (points.shape[0],)) for o in outs], axis=1) if outs \
+        else np.zeros((points.shape[0], 0), np.int64)
 
 
 def static_grid(eqn, dynamic_bounds: list | None = None) -> tuple[tuple[int, ...], int | None]:
@@ -268,8 +318,56 @@ def prefetch_operands(closed_jaxpr, make_inputs) -> dict[int, list]:
 
 
 def kernel_name(eqn) -> str:
+    """The kernel's name as Mosaic gets it: the pallas_call's ``name``, else its body function's."""
+    debug = getattr(eqn.params.get("jaxpr"), "debug_info", None)
     return str(eqn.params.get("name") or getattr(eqn.params.get("name_and_src_info"), "name", "")
-               or "pallas_call")
+               or getattr(debug, "func_name", "") or "pallas_call")
+
+
+@dataclass
+class Stream:
+    """One pipelined operand of a kernel, as the traffic model needs it."""
+
+    nbytes: float  # bytes of one block
+    indices: np.ndarray | None  # block index at every grid step (steps, ndim); None: unknown
+    output: bool
+    buffers: int
+
+
+def assemble(name: str, grid: tuple, streams: list[Stream], work: tuple, vmem_bytes: int, out_shapes: tuple,
+             grid_bound: int | None = None) -> KernelFeatures:
+    """A kernel's features from its grid, its pipelined operands' block indices per step, and
+    its body's work per step ((flops, vector ops, transcendentals, hand-issued DMA bytes)).
+
+    An input block is fetched when its index differs from the previous step's (always at the
+    first); an output block is written back when its index is about to change (always at the
+    last). A stream whose indices are unknown moves a block every step. Two or more buffers
+    overlap that traffic with compute; one serialises it."""
+    flops, vec, trans, manual_dma = work
+    steps = math.prod(grid) if grid else 1
+    overlapped = np.zeros(steps)
+    serial = np.zeros(steps)
+    for s in streams:
+        moved = np.ones(steps, dtype=bool)
+        if s.indices is not None:
+            moved[1:] = np.any(s.indices[1:] != s.indices[:-1], axis=1)
+        if s.output:  # an output block is written back when its index moves on
+            moved = np.concatenate([moved[1:], [True]])
+        (serial if s.buffers < 2 else overlapped)[:] += moved * s.nbytes
+    # Copies the body issues itself: assumed overlapped with compute, as kernels that
+    # gather pages by hand start the next step's copies before waiting on their own.
+    overlapped += manual_dma
+    rows, counts = np.unique(np.stack([overlapped, serial], axis=1).reshape(steps, 2), axis=0, return_counts=True)
+    return KernelFeatures(
+        name=name, grid=tuple(int(g) for g in grid), steps=steps,
+        traffic=[[float(o), float(s), int(c)] for (o, s), c in zip(rows, counts)],
+        fill_bytes=float(overlapped[0]) if steps else 0.0, drain_bytes=float(overlapped[-1]) if steps > 1 else 0.0,
+        hbm_bytes=float(overlapped.sum() + serial.sum()),
+        flops=float(flops), vector_ops=float(vec), transcendentals=float(trans), vmem_bytes=int(vmem_bytes),
+        out_shapes=tuple(tuple(int(d) for d in shape) for shape in out_shapes),
+        dynamic_index=any(s.indices is None for s in streams), grid_bound=grid_bound,
+        manual_dma=manual_dma > 0,
+    )
 
 
 def kernel_features(eqn, prefetch: list | None = None) -> KernelFeatures:
@@ -278,34 +376,8 @@ def kernel_features(eqn, prefetch: list | None = None) -> KernelFeatures:
     n_bounds = gm.num_dynamic_grid_bounds
     grid, bound = static_grid(eqn, prefetch[:n_bounds] if prefetch is not None else None)
     tables = prefetch[n_bounds:] if prefetch is not None else None
-    steps = math.prod(grid) if grid else 1
-    grid_points = np.indices(grid).reshape(len(grid), -1).T if grid else np.zeros((1, 0), np.int32)
-    flops, vec, trans, manual_dma = body_work(eqn.params["jaxpr"])
-
-    overlapped = np.zeros(steps)
-    serial = np.zeros(steps)
-    for i, bm in enumerate(gm.block_mappings):
-        if not _pipelined(bm):
-            continue
-        nbytes = _block_elems(bm) * np.dtype(bm.array_aval.dtype).itemsize
-        idx = _block_indices(bm, grid_points, tables)
-        moved = np.ones(steps, dtype=bool)  # data-dependent index maps: a fresh block every step
-        if idx is not None:
-            moved[1:] = np.any(idx[1:] != idx[:-1], axis=1)
-        if i >= gm.num_inputs:  # an output block is written back when its index moves on
-            moved = np.concatenate([moved[1:], [True]])
-        (serial if _buffers(bm) < 2 else overlapped)[:] += moved * nbytes
-    # Copies the body issues itself: assumed overlapped with compute, as kernels that
-    # gather pages by hand start the next step's copies before waiting on their own.
-    overlapped += manual_dma
-    rows, counts = np.unique(np.stack([overlapped, serial], axis=1), axis=0, return_counts=True)
-    return KernelFeatures(
-        name=kernel_name(eqn), grid=grid, steps=steps,
-        traffic=[[float(o), float(s), int(c)] for (o, s), c in zip(rows, counts)],
-        fill_bytes=float(overlapped[0]), drain_bytes=float(overlapped[-1]) if steps > 1 else 0.0,
-        hbm_bytes=float(overlapped.sum() + serial.sum()),
-        flops=flops, vector_ops=vec, transcendentals=trans, vmem_bytes=vmem_estimate(eqn),
-        out_shapes=tuple(tuple(int(d) for d in v.aval.shape) for v in eqn.outvars),
-        dynamic_index=bool(gm.num_index_operands) and prefetch is None, grid_bound=bound,
-        manual_dma=manual_dma > 0,
-    )
+    points = grid_points(grid)
+    streams = [Stream(_block_bytes(bm), _block_indices(bm, points, tables), i >= gm.num_inputs, _buffers(bm))
+               for i, bm in enumerate(gm.block_mappings) if _pipelined(bm)]
+    return assemble(kernel_name(eqn), grid, streams, body_work(eqn.params["jaxpr"]), vmem_estimate(eqn),
+                    tuple(v.aval.shape for v in eqn.outvars), bound)

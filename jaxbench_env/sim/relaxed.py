@@ -94,7 +94,7 @@ class RelaxedModel:
 def _trace(workload, source: str, schedule: Mapping[str, Any]):
     import jax
 
-    from jaxbench_env.pipeline import load_module
+    from jaxbench_env.candidate_process import load_module
 
     module = load_module(source, workload.config, dict(schedule))
     specs = jax.eval_shape(lambda: workload.make_inputs(workload.config, 0))

@@ -1,0 +1,419 @@
+"""The judge's side of the trust boundary: verify, check, compile and price artifacts.
+
+Runs in the evaluator's worker process (``worker.py``), which never executes candidate
+Python. What it receives from the candidate's process is data: three serialized programs
+(``candidate_process.py``) and the index of the check size they were traced at. For each
+candidate it
+
+1. reads the programs and checks their signatures against its own input specs at full
+   size and at the claimed rung of the check-size ladder (``Workload.check_rungs``);
+2. verifies they are one program (``programs.verify_artifacts``): allowed ops only, the
+   CPU and TPU check-size programs the same outside the kernels, the check-size and
+   full-size TPU programs the same up to sizes;
+3. runs the CPU program on inputs it draws itself, with seeds drawn in this process
+   (the candidate's process never sees the inputs), and compares with its own reference;
+4. compiles the full-size TPU program for v6e, verifies that its kernels write every
+   element of their outputs, and prices what it compiled (or measures it on a TPU).
+
+Each stage turns a failure into a readable message in the result; nothing raises.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+import workloads
+from jaxbench_env.candidate_process import short
+
+N_SEEDS = 3
+ARTIFACTS = ("full_tpu", "check_tpu", "check_cpu")
+# Drawn once per judge process: the candidate's process never learns them, nor sees inputs.
+SECRET_SEEDS = tuple(1000 + int.from_bytes(os.urandom(4), "little") % 2**30 for _ in range(N_SEEDS))
+COMPILE_ONLY_NOTE = ("compile-checked only: jax's interpreter cannot run this shipped kernel on a CPU; "
+                     "its correctness is checked natively on a TPU")
+
+_expected_cache: dict = {}  # (workload, config, seed) -> Expected
+_reference_fns: dict = {}  # (workload, config) -> the jitted reference
+
+
+class Rejected(Exception):
+    """The candidate failed a stage; the message is what the user sees."""
+
+
+class Mismatch(Rejected):
+    def __init__(self, max_abs_err: float, msg: str):
+        super().__init__(msg)
+        self.max_abs_err = max_abs_err
+
+
+# --- the reference and the comparison -------------------------------------------------
+
+@dataclass(frozen=True)
+class Expected:
+    """What a candidate's output for one seed is judged against."""
+
+    inputs: tuple
+    ref: Any  # the reference's output: the candidate must match its structure, shapes and dtypes
+    target: Any  # the values compared with: ``ref``, or its float32 computation (below)
+    atol: float
+    rtol: float
+
+
+# How far a low-precision reference's own error must stay inside the tolerance (see expected()).
+NOISE_MARGIN = 2.0
+
+
+def _jitted_reference(wl: workloads.Workload, config: dict):
+    import jax
+
+    at = (wl.name, repr(sorted(config.items())))
+    if at not in _reference_fns:  # one jit per config, so the seeds share its compilation
+        _reference_fns[at] = jax.jit(lambda *a: wl.reference(config, *a))
+    return _reference_fns[at]
+
+
+def _tolerance_used(out, target, atol: float, rtol: float) -> float:
+    """max |out - target| / (atol + rtol |target|): 1 is the edge of allclose."""
+    o, t = np.asarray(out, np.float32), np.asarray(target, np.float32)
+    return float(np.max(np.abs(o - t) / (atol + rtol * np.abs(t)))) if t.size else 0.0
+
+
+def expected(wl: workloads.Workload, config: dict, seed: int) -> Expected:
+    """The inputs, reference and tolerance for ``seed`` (cached per process).
+
+    Workloads with ``float32_check`` run in a low-precision dtype are compared with the
+    reference computed in float32 on the same inputs. Where the low-precision reference
+    itself deviates from that by more than half the tolerance, atol and rtol are widened
+    by the same factor until it is within half: a kernel as accurate as the XLA baseline
+    passes, and rounding differently from it is not an error.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    key = (wl.name, repr(sorted(config.items())), seed)
+    if key not in _expected_cache:
+        inputs = wl.make_inputs(config, seed)
+        ref = jax.block_until_ready(_jitted_reference(wl, config)(*inputs))
+        atol, rtol = wl.tolerance(config)
+        target = ref
+        if wl.float32_check and config.get("dtype", "float32") != "float32":
+            upcast = [a.astype(jnp.float32) if jnp.issubdtype(a.dtype, jnp.floating) else a for a in inputs]
+            target = jax.block_until_ready(_jitted_reference(wl, {**config, "dtype": "float32"})(*upcast))
+            noise = max(_tolerance_used(r, t, atol, rtol)
+                        for r, t in zip(jax.tree_util.tree_leaves(ref), jax.tree_util.tree_leaves(target)))
+            widen = max(1.0, NOISE_MARGIN * noise)
+            atol, rtol = atol * widen, rtol * widen
+        if len(_expected_cache) >= 12:  # a worker serves one workload at a time; bound memory anyway
+            _expected_cache.clear()
+        _expected_cache[key] = Expected(inputs, ref, target, atol, rtol)
+    return _expected_cache[key]
+
+
+def check_structure(out, ref) -> None:
+    import jax
+
+    out_leaves, out_tree = jax.tree_util.tree_flatten(out)
+    ref_leaves, ref_tree = jax.tree_util.tree_flatten(ref)
+    if out_tree != ref_tree:
+        raise Rejected(f"output structure {out_tree} does not match the reference's {ref_tree}")
+    for o, r in zip(out_leaves, ref_leaves):
+        if tuple(np.shape(o)) != tuple(np.shape(r)):
+            raise Rejected(f"output shape {tuple(np.shape(o))} does not match the reference's {tuple(np.shape(r))}")
+        if np.dtype(o.dtype) != np.dtype(r.dtype):
+            raise Rejected(f"output dtype {np.dtype(o.dtype)} does not match the reference's {np.dtype(r.dtype)}")
+
+
+def compare_outputs(out, ref, atol: float, rtol: float) -> float:
+    """Max abs error; raises Rejected when not allclose or not finite."""
+    import jax
+
+    worst = 0.0
+    for o, r in zip(jax.tree_util.tree_leaves(out), jax.tree_util.tree_leaves(ref)):
+        o32 = np.asarray(o, dtype=np.float32)
+        r32 = np.asarray(r, dtype=np.float32)
+        if not np.all(np.isfinite(o32)):
+            raise Rejected(f"output has {int(np.sum(~np.isfinite(o32)))} NaN/Inf values")
+        err = np.abs(o32 - r32)
+        worst = max(worst, float(err.max()) if err.size else 0.0)
+        bad = ~(err <= atol + rtol * np.abs(r32))
+        if bad.any():
+            raise Mismatch(worst, f"wrong result: {int(bad.sum())} of {bad.size} values outside atol={atol}, "
+                                  f"rtol={rtol}; max abs error {worst:.4g}")
+    return worst
+
+
+# --- reading and checking artifacts ------------------------------------------------------
+
+def read_artifacts(blobs: Mapping[str, bytes]) -> dict:
+    """Deserialize the candidate's programs; a malformed blob is a rejection."""
+    from jax import export
+
+    out = {}
+    for name in ARTIFACTS:
+        if name not in blobs:
+            continue
+        try:
+            out[name] = export.deserialize(bytearray(blobs[name]))
+        except Exception as e:  # noqa: BLE001 - bytes from an untrusted process
+            raise Rejected(f"the {name} program could not be read: {short(e)}") from None
+    return out
+
+
+def _avals(values) -> list[tuple]:
+    return [(tuple(int(d) for d in v.shape), str(np.dtype(v.dtype))) for v in values]
+
+
+def check_signature(wl: workloads.Workload, exported, config: dict, what: str) -> None:
+    """The program takes the workload's inputs at ``config`` and returns the reference's
+    output structure, shapes and dtypes."""
+    import jax
+
+    specs = jax.eval_shape(lambda: wl.make_inputs(config, 0))
+    if _avals(exported.in_avals) != _avals(specs):
+        raise Rejected(f"the {what} program takes {_avals(exported.in_avals)}, not the workload's inputs "
+                       f"{_avals(specs)}")
+    ref = jax.eval_shape(lambda *a: wl.reference(config, *a), *specs)
+    ref_leaves, ref_tree = jax.tree_util.tree_flatten(ref)
+    if exported.out_tree != ref_tree:
+        raise Rejected(f"output structure {exported.out_tree} does not match the reference's {ref_tree}")
+    for got, want in zip(_avals(exported.out_avals), _avals(ref_leaves)):
+        if got[0] != want[0]:
+            raise Rejected(f"output shape {got[0]} does not match the reference's {want[0]}")
+        if got[1] != want[1]:
+            raise Rejected(f"output dtype {got[1]} does not match the reference's {want[1]}")
+
+
+def check_outputs(wl: workloads.Workload, exported_cpu, config: dict, seeds=SECRET_SEEDS) -> float:
+    """Run the interpret-mode program on the judge's inputs; the max abs error over ``seeds``."""
+    import jax
+
+    fn = jax.jit(exported_cpu.call)
+    worst = 0.0
+    for seed in seeds:
+        case = expected(wl, config, seed)
+        try:
+            out = jax.block_until_ready(fn(*case.inputs))
+        except Exception as e:  # noqa: BLE001
+            raise Rejected(f"running the check-size program failed: {short(e)}") from None
+        check_structure(out, case.ref)
+        worst = max(worst, compare_outputs(out, case.target, case.atol, case.rtol))
+    return worst
+
+
+# --- compiling and pricing -----------------------------------------------------------------
+
+def compile_error(exc: BaseException) -> str:
+    text = str(exc)
+    if "vmem" in text.lower() and ("RESOURCE_EXHAUSTED" in text or "Ran out of memory" in text or "VmemOom" in text):
+        first = next((ln for ln in text.splitlines() if "vmem" in ln.lower()), text[:300])
+        return f"VMEM exhausted (v6e compiler): {first.strip()}"
+    return f"v6e compile failed: {short(exc)}"
+
+
+def guard_vmem(exported) -> None:
+    """Reject kernels that cannot fit the chip's VMEM before compiling them.
+
+    The compiler can spend minutes before it reports such an OOM (a 292 MiB kernel took
+    270 s). The estimate ignores layout padding, so it is a lower bound: what it rejects
+    certainly fails; the compiler judges the rest, against its own accounting.
+    """
+    from jaxbench_env.sim import V6E, mosaic
+
+    for call in mosaic.stablehlo_custom_calls(exported.mlir_module()):
+        need = mosaic.parse_kernel(call).vmem_bytes
+        if need > V6E.vmem_bytes:
+            raise Rejected(f"VMEM exhausted: a pallas_call's blocks and scratch need at least {need / 2**20:.1f} MiB, "
+                           f"over the v6e's {V6E.vmem_bytes / 2**20:.0f} MiB of VMEM (rejected before compiling)")
+
+
+def compile_v6e(fn, specs):
+    """AOT-compile ``fn`` for v6e; returns (compiled, bundle profiles)."""
+    from jaxbench_env.aot import compile_for_v6e
+    from jaxbench_env.sim import bundles
+
+    bundles.collect()  # drop what a failed compile may have left
+    try:
+        _, compiled = compile_for_v6e(fn, specs)
+    except Exception as e:  # noqa: BLE001
+        raise Rejected(compile_error(e)) from None
+    return compiled, bundles.collect()
+
+
+def check_coverage(exported, prefetch) -> list[str]:
+    """Reject a full-size program whose kernels leave output elements unwritten (grids
+    sized for the check, not the full size); returns what could not be verified."""
+    from jaxbench_env.sim import mosaic
+
+    unverified = []
+    for call, tables in zip(mosaic.stablehlo_custom_calls(exported.mlir_module()), prefetch):
+        coverage = mosaic.output_coverage(call, tables)
+        if coverage:
+            raise Rejected("the full-size program does not compute its whole output: " + "; ".join(coverage))
+        unverified.extend(coverage.unverified)
+    return unverified
+
+
+def measure_on_tpu(fn, inputs, warmup: int = 5, iters: int = 50) -> float:
+    """Median wall-clock seconds of one call on the TPU, after warm-up."""
+    import jax
+
+    for _ in range(warmup):
+        jax.block_until_ready(fn(*inputs))
+    times = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn(*inputs))
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def _timed(result: dict, stage: str, fn, *args):
+    """Run one stage, recording its name (for errors) and wall time."""
+    result["stage"] = stage
+    t0 = time.perf_counter()
+    out = fn(*args)
+    result["details"]["stage_s"][stage] = result["details"]["stage_s"].get(stage, 0.0) + time.perf_counter() - t0
+    return out
+
+
+def _empty_result() -> dict:
+    return {"compiled": False, "correct": False, "max_abs_err": None, "time_ms": None,
+            "error": None, "stage": "load", "details": {"stage_s": {}}}
+
+
+def _run(result: dict, body) -> dict:
+    """``body(result)`` with every failure turned into the result's error."""
+    try:
+        body(result)
+        result["stage"] = "done"
+    except Mismatch as e:
+        result["max_abs_err"] = e.max_abs_err
+        result["error"] = str(e)
+    except Rejected as e:
+        result["error"] = str(e)
+    except BaseException as e:  # noqa: BLE001 - a judge must answer, whatever it was given
+        result["error"] = f"{result['stage']} stage failed: {short(e)}"
+    return result
+
+
+def _simulate(wl, compiled, profiles, exported=None):
+    """The simulator's breakdown of a compiled program; ``exported`` (a candidate's full-size
+    program) supplies the kernels' scalar-prefetch tables, evaluated on the spec's inputs."""
+    from jaxbench_env.sim import V6E, mosaic, predict_program
+    from jaxbench_env.sim.prefetch import prefetch_tables
+
+    prefetch = None
+    if exported is not None:
+        tables = prefetch_tables(exported, lambda: wl.make_inputs(wl.config, 0))
+        unverified = check_coverage(exported, tables)
+        # The compiled program may order kernels differently, or add Mosaic kernels of its own.
+        order = mosaic.match_calls(mosaic.hlo_custom_calls(compiled.as_text()),
+                                   mosaic.stablehlo_custom_calls(exported.mlir_module()))
+        prefetch = [tables[j] if j is not None else None for j in order]
+    breakdown = predict_program(compiled, V6E, profiles, prefetch)
+    if exported is not None and unverified:
+        breakdown.notes.append("output coverage not verified: " + "; ".join(unverified))
+    return breakdown
+
+
+def _time(result: dict, wl, fn, specs, backend: str, exported=None) -> None:
+    """Compile (sim) and fill ``time_ms``: simulated on "sim", measured on "tpu"."""
+    import jax
+
+    if backend == "tpu":
+        result["compiled"] = True  # it ran on the chip
+        seconds = _timed(result, "time", measure_on_tpu, jax.jit(fn), wl.make_inputs(wl.config, 0))
+        result["details"]["device_kind"] = jax.devices()[0].device_kind
+    else:
+        compiled, profiles = _timed(result, "compile", compile_v6e, fn, specs)
+        result["compiled"] = True
+        try:
+            breakdown = _timed(result, "time", _simulate, wl, compiled, profiles, exported)
+        except Rejected:
+            result["correct"] = False  # coverage: the program does not compute its output
+            raise
+        seconds = breakdown.time_s
+        result["details"]["sim"] = breakdown.to_dict()
+    result["time_ms"] = seconds * 1e3
+
+
+# --- the two requests -----------------------------------------------------------------------
+
+def baseline(request: Mapping[str, Any]) -> dict:
+    """The XLA reference's compile and time: the judge's own code, no candidate involved."""
+    import jax
+
+    wl = workloads.get(request["workload"], request.get("config"))
+
+    def body(result):
+        result["correct"] = True
+        specs = jax.eval_shape(lambda: wl.make_inputs(wl.config, 0))
+        _time(result, wl, lambda *a: wl.reference(wl.config, *a), specs, request["backend"])
+
+    return _run(_empty_result(), body)
+
+
+def verify_request(wl, request) -> tuple[dict, dict]:
+    """The candidate's programs, read and verified; and the check config of its rung."""
+    rungs = wl.check_rungs()
+    rung = request.get("rung")
+    if not isinstance(rung, int) or isinstance(rung, bool) or not 0 <= rung < len(rungs):
+        raise Rejected(f"no check size numbered {rung!r} (this workload has {len(rungs)})")
+    check_config = rungs[rung]
+    programs = read_artifacts(request["artifacts"])
+    for name, config, label in (("full_tpu", wl.config, "full-size TPU"), ("check_tpu", check_config, "check-size TPU"),
+                                ("check_cpu", check_config, "check-size CPU")):
+        if name in programs:
+            check_signature(wl, programs[name], config, label)
+        elif name != "check_cpu":
+            raise Rejected(f"the {label} program is missing")
+    from jaxbench_env.programs import verify_artifacts
+
+    verify_artifacts(programs["full_tpu"], programs["check_tpu"], programs.get("check_cpu"), wl.config, check_config)
+    guard_vmem(programs["full_tpu"])
+    return programs, check_config
+
+
+def judge(request: Mapping[str, Any]) -> dict:
+    """Judge one candidate's artifacts (``request["artifacts"]``, bytes by name) traced at
+    check rung ``request["rung"]``. ``compile_only`` skips the output check (``correct`` is
+    then None, and ``unchecked_because`` says why)."""
+    wl = workloads.get(request["workload"], request.get("config"))
+    backend = request["backend"]
+
+    def body(result):
+        programs, check_config = _timed(result, "verify", verify_request, wl, request)
+        result["details"]["check_size"] = wl.shrunk(check_config)
+        full = programs["full_tpu"]
+        if backend == "sim":  # compile first: the commonest failure, and cheaper than the check
+            compiled, profiles = _timed(result, "compile", compile_v6e, full.call, full.in_avals)
+            result["compiled"] = True
+        if request.get("compile_only"):
+            result["correct"] = None  # not checked, and every report says so
+            result["details"]["check"] = request.get("unchecked_because") or COMPILE_ONLY_NOTE
+        elif backend == "tpu":  # natively, at full size
+            result["max_abs_err"] = _timed(result, "check", check_outputs, wl, full, wl.config)
+            result["correct"] = True
+        else:
+            if "check_cpu" not in programs:
+                raise Rejected("the check-size program could not be built for jax's interpreter: "
+                               + str(request.get("interpret_error") or "no reason given"))
+            result["max_abs_err"] = _timed(result, "check", check_outputs, wl, programs["check_cpu"], check_config)
+            result["correct"] = True
+        if backend == "tpu":
+            _time(result, wl, full.call, full.in_avals, backend)
+        else:
+            try:
+                breakdown = _timed(result, "time", _simulate, wl, compiled, profiles, full)
+            except Rejected:
+                result["correct"] = False
+                raise
+            result["time_ms"] = breakdown.time_s * 1e3
+            result["details"]["sim"] = breakdown.to_dict()
+
+    return _run(_empty_result(), body)
