@@ -177,6 +177,7 @@ def build_artifacts(request: Mapping[str, Any]) -> tuple[dict, dict[str, bytes]]
         module = load_module(request["source"], wl.config, request.get("schedule") or {})
         manifest["stage"] = "trace"
         full_specs = input_specs(wl, wl.config)
+        module.CONFIG = dict(wl.config)
         try:
             full, out_tree = trace(module.workload, full_specs)
             full = strip_debug(full)
@@ -184,7 +185,7 @@ def build_artifacts(request: Mapping[str, Any]) -> tuple[dict, dict[str, bytes]]
             raise CandidateError(f"tracing workload at full size failed: {short(e)}\n{candidate_frames(e)}") from None
         check, rung, failures = None, None, []
         for rung, config in enumerate(wl.check_rungs()):
-            module.CONFIG = dict(wl.config)  # the candidate reads the env's config, whatever the size
+            module.CONFIG = dict(config)  # the config of the size being traced
             try:
                 check, check_tree = trace(module.workload, input_specs(wl, config))
                 check = strip_debug(check)
@@ -218,13 +219,16 @@ def build_artifacts(request: Mapping[str, Any]) -> tuple[dict, dict[str, bytes]]
 
 def preload() -> None:
     """What a sandbox's pre-warmed process does once, before it forks candidates: import
-    jax and the workloads and load the v6e topology (the TPU exports need it), run nothing."""
+    jax and the workloads, load the v6e topology (the TPU exports need it) and trace one
+    template, which warms jax's tracing caches. It must not lower, compile or run anything:
+    a child forked after that deadlocks in XLA's thread pools."""
     from jaxbench_env.aot import prepare_process
 
     prepare_process("sim")
-    import jax  # noqa: F401
-
-    import workloads  # noqa: F401
+    import workloads
     from jaxbench_env.aot import v6e_device
 
     v6e_device()
+    gemm = workloads.get("gemm", {"M": 256, "K": 256, "N": 256})
+    module = load_module(gemm.template_source(), gemm.config, {"block_m": 128, "block_k": 128, "block_n": 128})
+    trace(module.workload, input_specs(gemm, gemm.config))

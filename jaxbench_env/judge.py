@@ -372,9 +372,13 @@ def verify_request(wl, request) -> tuple[dict, dict]:
             check_signature(wl, programs[name], config, label)
         elif name != "check_cpu":
             raise Rejected(f"the {label} program is missing")
-    from jaxbench_env.programs import verify_artifacts
+    from jaxbench_env.programs import ProgramMismatch, verify_artifacts
 
-    verify_artifacts(programs["full_tpu"], programs["check_tpu"], programs.get("check_cpu"), wl.config, check_config)
+    try:
+        verify_artifacts(programs["full_tpu"], programs["check_tpu"], programs.get("check_cpu"), wl.config,
+                         check_config)
+    except ProgramMismatch as e:
+        raise Rejected(str(e)) from None
     guard_vmem(programs["full_tpu"])
     return programs, check_config
 
@@ -388,7 +392,8 @@ def judge(request: Mapping[str, Any]) -> dict:
 
     def body(result):
         programs, check_config = _timed(result, "verify", verify_request, wl, request)
-        result["details"]["check_size"] = wl.shrunk(check_config)
+        result["details"]["check_size"] = wl.shrunk(check_config)  # what the check shrank, at which rung
+        result["details"]["check_rung"] = request["rung"]
         full = programs["full_tpu"]
         if backend == "sim":  # compile first: the commonest failure, and cheaper than the check
             compiled, profiles = _timed(result, "compile", compile_v6e, full.call, full.in_avals)

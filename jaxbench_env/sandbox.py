@@ -1,31 +1,40 @@
 """One fresh, isolated process per candidate job, forked from a pre-warmed zygote.
 
 ``Sandbox`` starts ``python -m jaxbench_env.sandbox`` (the *zygote*) with a scrubbed
-environment. The zygote probes which kernel protections it can use, runs a preload
-function once (import jax, load the v6e topology) and then, per job, forks:
+environment (``PATH``, locale, jax/libtpu settings, ``PYTHONPATH``; ``HOME`` and ``TMPDIR``
+are a private directory). The zygote probes which kernel protections it can use, runs a
+preload function once (import jax, load the v6e topology) and then, per job, forks:
 
 - a *supervisor* (trusted code): it unshares new mount, network, PID, IPC and UTS
-  namespaces (and a user namespace when not root), makes the whole file system read-only
-  (a recursive ``mount_setattr``), hides the user's home directory (a tmpfs over it, with
-  only the Python installation bound back), mounts a fresh size-capped tmpfs on ``/tmp``
-  (the job's working directory) and ``/dev/shm``, and forks
+  namespaces (and a user namespace when not root), hides the user's home directory (a tmpfs
+  over it, with only the Python installation bound back) and the ``hidden_paths``, gives the
+  job a minimal ``/dev``, makes the whole file system read-only and nosuid (a recursive
+  ``mount_setattr``), mounts fresh size-capped tmpfs on ``/tmp`` (the job's working
+  directory), ``/dev/shm`` and ``/run`` (where the job writes its result), becomes a child
+  subreaper and forks
 - the *job process*: PID 1 of the new PID namespace, so every process the job starts
   (``setsid``, double-forked, ...) dies with it. It mounts its own ``/proc``, starts a new
   session, closes every inherited descriptor (stdin is ``/dev/null``, stdout and stderr are
-  a pipe the supervisor drains, keeping the head and tail), sets rlimits (core 0, file
-  size, open files, processes, data segment), drops to an unprivileged uid/gid (or all
-  capabilities in a user namespace), sets ``no_new_privs`` and calls ``module:function``
-  with the request. It writes the result as files: ``result.json`` (the manifest and the
-  blob index) and ``blobs.bin`` (the blobs, concatenated).
+  a pipe the supervisor drains, keeping the head and the tail), sets rlimits (core 0, file
+  size, open files, processes, data segment), drops to uid/gid 65534 with an empty
+  capability bounding set (in a user namespace: every capability, with the root securebits
+  locked), sets ``no_new_privs`` and calls ``module:function`` with the request. It writes
+  the result as files: ``result.json`` (the manifest and the blob index) and ``blobs.bin``
+  (the blobs, concatenated).
 
 The supervisor enforces the wall-clock timeout and the memory limit (private memory summed
-over every process of the job, polled), copies the bounded result files to the job's
-directory on the parent's side and writes its own ``status.json`` there. The parent reads
-and validates these files (JSON, sizes, types; never pickle) and answers a
-``SandboxResult``. Parent and zygote exchange length-prefixed JSON frames only.
+over all the job's processes, polled; plus RLIMIT_DATA per process), copies the bounded
+result files to the job's directory on the parent's side and writes its own
+``status.json`` there. The parent reads and validates these files (JSON, sizes, types;
+never pickle) and answers a ``SandboxResult``. Parent and zygote exchange length-prefixed
+JSON frames only.
 
-Protections the kernel refuses (no root and no user namespaces, say) are skipped: the
-result is in ``Sandbox.protections`` and one warning names what is missing.
+Protections the kernel refuses (no root and no user namespaces, say) are skipped: what
+held is in ``Sandbox.protections`` and one warning names what is missing. Without a PID
+namespace the supervisor, a child subreaper, still kills every descendant of the job.
+
+The zygote must stay single-purpose: a fork after jax *lowered or compiled* something in
+the zygote hangs in the child (XLA's thread pools), so the preload only imports and loads.
 """
 
 from __future__ import annotations
@@ -65,6 +74,8 @@ LOG_KEEP_BYTES = 64 * 2**10  # of the job's output: this much of the head and of
 STARTUP_TIMEOUT_S = 300.0
 SUPERVISOR_GRACE_S = 30.0  # past the job's timeout, before the parent stops waiting
 MEMORY_POLL_S = 0.05
+RESULT_DIR = "/run"  # in the job's mount namespace (its own tmpfs there; /tmp where there is no /run)
+SETUP_FAILED, RESULT_UNWRITABLE = 111, 112  # the job process's own exit codes
 RESULT_FILE, BLOBS_FILE, STATUS_FILE, LOG_FILE, PID_FILE = (
     "result.json", "blobs.bin", "status.json", "log.txt", "init.pid")
 ROOT = Path(__file__).resolve().parent.parent
@@ -83,7 +94,10 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 SYS_MOUNT_SETATTR, AT_FDCWD, AT_RECURSIVE = 442, -100, 0x8000
 MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID = 1, 2
-PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 4, 36, 38
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_SECUREBITS = 1, 4, 24, 28
+PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 36, 38
+SECURE_NOROOT_ALL = 0xEF  # noroot, no_setuid_fixup, no_cap_ambient_raise and keep_caps off, all locked
+_DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")
 _NAMESPACES = (("mount_namespace", CLONE_NEWNS), ("network_namespace", CLONE_NEWNET),
                ("pid_namespace", CLONE_NEWPID), ("ipc_namespace", CLONE_NEWIPC),
                ("uts_namespace", CLONE_NEWUTS))
@@ -292,7 +306,7 @@ def _enter_namespaces(cfg: dict, want: dict, strict: bool) -> dict:
     for name, flag in _NAMESPACES:
         attempt(name, lambda flag=flag: _unshare(flag))
     if got.get("mount_namespace") is not True:
-        for name in ("readonly_fs", "hidden_home", "hidden_paths", "private_tmp"):
+        for name in ("readonly_fs", "hidden_home", "hidden_paths", "minimal_dev", "private_tmp"):
             got[name] = "no mount namespace"
         return got
     _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing we mount leaks to the parent's namespace
@@ -326,7 +340,13 @@ def _enter_namespaces(cfg: dict, want: dict, strict: bool) -> dict:
         _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
                f"size={cfg['disk_bytes']},nr_inodes=65536,mode=0700,uid={job_uid},gid={job_gid}")
         if os.path.isdir("/dev/shm"):
-            _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "size=64m,nr_inodes=4096,mode=1777")
+            _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "size=64m,nr_inodes=4096,mode=01777")
+        # The result files go to a tmpfs of their own (a job that fills /tmp can still answer),
+        # over /run, which also hides the host's sockets there.
+        if os.path.isdir(RESULT_DIR):
+            _mount("tmpfs", RESULT_DIR, "tmpfs", MS_NOSUID | MS_NODEV,
+                   f"size={cfg['disk_bytes'] + MAX_RESULT_JSON_BYTES + 2**20},nr_inodes=64,mode=0700,"
+                   f"uid={job_uid},gid={job_gid}")
 
     def hide_paths():
         for p in cfg["hidden_paths"]:
@@ -335,8 +355,21 @@ def _enter_namespaces(cfg: dict, want: dict, strict: bool) -> dict:
             elif os.path.exists(p):
                 _mount("/dev/null", p, None, MS_BIND)
 
+    def minimal_dev():
+        fds = [(name, os.open(f"/dev/{name}", os.O_PATH)) for name in _DEV_NODES if os.path.exists(f"/dev/{name}")]
+        _mount("tmpfs", "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,nr_inodes=64,mode=0755")
+        for name, fd in fds:
+            os.close(os.open(f"/dev/{name}", os.O_WRONLY | os.O_CREAT, 0o644))
+            _mount(f"/proc/self/fd/{fd}", f"/dev/{name}", None, MS_BIND)
+            os.close(fd)
+        os.mkdir("/dev/shm", 0o1777)
+        for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                             ("stderr", "/proc/self/fd/2")):
+            os.symlink(target, f"/dev/{name}")
+
     attempt("hidden_home", hide)
     attempt("hidden_paths", hide_paths)
+    attempt("minimal_dev", minimal_dev)
     attempt("readonly_fs", readonly)
     attempt("private_tmp", private_tmp)
     return got
@@ -374,9 +407,6 @@ def _confine(cfg: dict, want: dict, got: dict, sync_fd: int, log_fd: int, workdi
     os.dup2(sync_fd, 3)
     os.closerange(4, max(65536, resource.getrlimit(resource.RLIMIT_NOFILE)[0]))
     os.chdir(workdir)
-    for k in list(os.environ):
-        if k.startswith(("JAXBENCH_SANDBOX",)):
-            del os.environ[k]
     os.environ.update(HOME=workdir, TMPDIR=workdir, PWD=workdir)
 
     def rlimits():
@@ -386,8 +416,14 @@ def _confine(cfg: dict, want: dict, got: dict, sync_fd: int, log_fd: int, workdi
             resource.setrlimit(res, (value, value))
 
     def drop():
-        if got.get("user_namespace") is True:
-            _drop_capabilities()  # uid 0 of our own user namespace, with no capabilities
+        for cap in range(64):  # no capability can come back through an exec either
+            if _lib().prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+                break  # past the last capability the kernel knows
+        if got.get("user_namespace") is True:  # uid 0 of our own user namespace: root by name only
+            _prctl(PR_SET_SECUREBITS, SECURE_NOROOT_ALL)
+            _drop_capabilities()
+        elif os.geteuid() != 0:
+            raise OSError(errno.EPERM, "the job runs as the parent's own user (no root, no user namespace)")
         else:
             os.setgroups([])
             os.setresgid(cfg["gid"], cfg["gid"], cfg["gid"])
@@ -555,7 +591,7 @@ def _supervise(fn, msg: dict, cfg: dict, want: dict) -> None:
     """The forked supervisor of one job; never returns."""
     status: dict[str, Any] = {"exit_code": None, "signal": None, "killed_for": None, "setup_error": None,
                               "copy_errors": [], "peak_memory": 0, "timings": {}}
-    dirfd = -1
+    dirfd, pid, got = -1, 0, {}
     t0 = time.monotonic()
     try:
         dirfd = os.open(msg["dir"], os.O_RDONLY | os.O_DIRECTORY)
@@ -563,6 +599,7 @@ def _supervise(fn, msg: dict, cfg: dict, want: dict) -> None:
         got = _enter_namespaces(cfg, want, strict=True)
         private = got.get("mount_namespace") is True and got.get("private_tmp") is True
         workdir = "/tmp" if private else os.path.join(msg["dir"], "work")
+        result_dir = (RESULT_DIR if os.path.isdir(RESULT_DIR) else workdir) if private else workdir
         if not private and os.geteuid() == 0 and want.get("unprivileged"):
             os.chown(workdir, cfg["uid"], cfg["gid"])
         limits = dict(cfg["limits"])
@@ -580,11 +617,14 @@ def _supervise(fn, msg: dict, cfg: dict, want: dict) -> None:
                 os.write(3, b"ok")
                 os.close(3)
             except BaseException as e:  # noqa: BLE001
-                try:
-                    os.write(sync_w if sync_w > 3 else 3, b"E" + _short(e).encode()[:4000])
-                finally:
-                    os._exit(111)
-            _run_job(fn, msg["request"])  # never returns
+                for fd in (sync_w, 3):  # the sync pipe, moved to 3 if _confine got that far
+                    try:
+                        os.write(fd, b"E" + _short(e).encode()[:4000])
+                        break
+                    except OSError:
+                        pass
+                os._exit(SETUP_FAILED)
+            _run_job(fn, msg["request"], result_dir)  # never returns
         t_fork = time.monotonic()
         os.close(log_w)
         os.close(sync_w)
@@ -595,7 +635,7 @@ def _supervise(fn, msg: dict, cfg: dict, want: dict) -> None:
         log = status.pop("log")
         if private:
             for name, cap in ((RESULT_FILE, MAX_RESULT_JSON_BYTES), (BLOBS_FILE, cfg["disk_bytes"])):
-                err = _copy_out(workdir, workfd, name, cap)
+                err = _copy_out(result_dir, workfd, name, cap)
                 if err:
                     status["copy_errors"].append(err)
         status["timings"]["copy_s"] = time.monotonic() - t_copy
@@ -603,6 +643,11 @@ def _supervise(fn, msg: dict, cfg: dict, want: dict) -> None:
         status["protections"] = got
     except BaseException as e:  # noqa: BLE001
         status["supervisor_error"] = _short(e) + "\n" + traceback.format_exc()[-2000:]
+        if pid:
+            try:
+                _kill_all(pid, got.get("pid_namespace") is True)
+            except BaseException:  # noqa: BLE001
+                pass
     try:
         status["timings"]["total_s"] = time.monotonic() - t0
         _write_at(dirfd, STATUS_FILE, json.dumps(status, default=str).encode())
@@ -694,7 +739,7 @@ def _watch(pid: int, log_r: int, sync_r: int, got: dict, timeout: float, memory_
     return out
 
 
-def _run_job(fn, request) -> None:
+def _run_job(fn, request, result_dir: str) -> None:
     """In the job process: call the job, write its result files, exit. Never returns."""
     code = 0
     try:
@@ -713,13 +758,13 @@ def _run_job(fn, request) -> None:
         except BaseException as e:  # noqa: BLE001 - whatever the job raised, answer
             blobs, code = {}, 0
             header = json.dumps({"error": _short(e), "traceback": traceback.format_exc()[-3000:]}).encode()
-        with open(BLOBS_FILE, "wb") as f:
+        with open(os.path.join(result_dir, BLOBS_FILE), "wb") as f:
             for blob in blobs.values():
                 f.write(blob)
-        with open(RESULT_FILE, "wb") as f:
+        with open(os.path.join(result_dir, RESULT_FILE), "wb") as f:
             f.write(header)
     except BaseException:  # noqa: BLE001
-        code = 112
+        code = RESULT_UNWRITABLE
         try:
             traceback.print_exc()
         except BaseException:  # noqa: BLE001
@@ -736,8 +781,8 @@ def _run_job(fn, request) -> None:
 def _probe(cfg: dict) -> dict:
     """Which protections work here: a throwaway supervisor and job process try them all."""
     want = {name: True for name, _ in _NAMESPACES}
-    want.update(readonly_fs=True, hidden_home=True, hidden_paths=True, private_tmp=True, private_proc=True, rlimits=True,
-                unprivileged=True, no_new_privs=True, user_namespace=_use_userns(cfg))
+    want.update(readonly_fs=True, hidden_home=True, hidden_paths=True, minimal_dev=True, private_tmp=True,
+                private_proc=True, rlimits=True, unprivileged=True, no_new_privs=True, user_namespace=_use_userns(cfg))
     for name in cfg.get("disable", ()):
         want[name] = "disabled"
     r, w = os.pipe()
@@ -830,7 +875,7 @@ def _zygote_main(cfg: dict) -> None:
             if msg["job"] not in jobs:
                 jobs[msg["job"]] = _resolve(msg["job"])
             fn = jobs[msg["job"]]
-        except Exception as e:  # noqa: BLE001
+        except BaseException as e:  # noqa: BLE001
             _write_frame(proto_out, {"op": "done", "error": f"cannot load job {msg.get('job')!r}: {_short(e)}"})
             continue
         cfg["baseline_data"] = _vm_data()
@@ -891,12 +936,19 @@ class Sandbox:
 
     ``timeout_s``: wall clock per job; ``memory_bytes``: private memory of all the job's
     processes together (and its data segment, per process); ``readonly_paths``: made
-    read-only too where the kernel cannot make the whole tree read-only; ``preload``:
+    read-only even where the kernel cannot make the whole tree read-only; ``preload``:
     ``module:function`` the zygote runs once before forking (importing and tracing are
     fine; lowering or compiling with jax there makes every forked job hang);
-    ``hidden_paths``: replaced by an empty
-    directory (or ``/dev/null`` for a file) in the job's view; ``disk_bytes``: the job's private ``/tmp``
-    and its largest file; ``processes``: RLIMIT_NPROC of the job's uid."""
+    ``hidden_paths``: an empty directory (``/dev/null`` for a file) in the job's view;
+    ``disk_bytes``: the job's private ``/tmp`` and its largest file; ``processes``,
+    ``open_files``: its RLIMIT_NPROC (per uid, threads included) and RLIMIT_NOFILE;
+    ``uid``/``gid``: what the job runs as when the sandbox is root; ``user_namespace``:
+    None (when not root), True or False; ``disable``: protections not to use (tests of the
+    degraded mode).
+
+    ``run`` is serialized by a lock (threads may share a sandbox); a pickled copy or a
+    forked child starts its own zygote when first used. Jobs are resolved (imported) in the
+    zygote, so a job module must not start jax lowering at import either."""
 
     def __init__(self, timeout_s: float = DEFAULT_TIMEOUT_S, memory_bytes: int = DEFAULT_MEMORY_BYTES,
                  readonly_paths=(), preload: str | None = DEFAULT_PRELOAD, *, hidden_paths=(),
@@ -921,6 +973,7 @@ class Sandbox:
         self._base: str | None = None
         self._log = None
         self._jobs = 0
+        self._owner = os.getpid()
 
     # -- the zygote --------------------------------------------------------------------
     def _config(self) -> dict:
@@ -938,7 +991,9 @@ class Sandbox:
         self._base = tempfile.mkdtemp(prefix="jaxbench-sandbox-")
         os.chmod(self._base, 0o711)
         os.mkdir(os.path.join(self._base, "bundles"), 0o700)
-        self._log = open(os.path.join(self._base, "zygote.log"), "w+b")
+        log_fd = os.open(os.path.join(self._base, "zygote.log"), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        self._log = os.fdopen(log_fd, "w+b")
+        self._owner = os.getpid()
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "jaxbench_env.sandbox", json.dumps(self._config())],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, env=_scrubbed_env(self._base),
@@ -992,6 +1047,8 @@ class Sandbox:
             return ""
 
     def _stop(self) -> None:
+        if self._owner != os.getpid():
+            return  # a forked copy: the zygote and its directory belong to the parent
         proc, self._proc = self._proc, None
         if proc is not None:
             try:
@@ -1013,6 +1070,20 @@ class Sandbox:
         with self._lock:
             self._stop()
 
+    def start(self) -> dict:
+        """Start the zygote now (``run`` does when needed); returns ``protections``."""
+        with self._lock:
+            self._ensure_started()
+        return self.protections
+
+    def _ensure_started(self) -> None:
+        if self._owner != os.getpid():  # a forked copy of the parent: the zygote is not ours
+            self._proc = self._log = self._base = None
+            self._owner = os.getpid()
+        if self._proc is None or self._proc.poll() is not None:
+            self._stop()
+            self._start()
+
     # -- jobs ---------------------------------------------------------------------------
     def run(self, job: str, request: dict, timeout_s: float | None = None,
             memory_bytes: int | None = None) -> SandboxResult:
@@ -1023,12 +1094,10 @@ class Sandbox:
         json.dumps(frame, allow_nan=False)  # a caller's error: raise here, not in the zygote
         with self._lock:
             t0 = time.monotonic()
-            if self._proc is None or self._proc.poll() is not None:
-                self._stop()
-                try:
-                    self._start()
-                except SandboxError as e:
-                    return SandboxResult(None, {}, str(e), time.monotonic() - t0, "")
+            try:
+                self._ensure_started()
+            except SandboxError as e:
+                return SandboxResult(None, {}, str(e), time.monotonic() - t0, "")
             self._jobs += 1
             jobdir = os.path.join(self._base, f"job-{self._jobs}")
             os.mkdir(jobdir, 0o711)
@@ -1090,6 +1159,8 @@ class Sandbox:
         if sig is not None:
             hint = " (out of memory?)" if sig == signal.SIGKILL else ""
             return fail(f"job killed by signal {_signal_name(sig)}{hint} before returning a result", tail, timings)
+        if code == RESULT_UNWRITABLE:
+            return fail("the job could not write its result (see its output)", tail, timings)
         if code != 0:
             return fail(f"job exited with code {code} before returning a result", tail, timings)
         if status.get("copy_errors"):
@@ -1141,12 +1212,13 @@ class Sandbox:
     def __getstate__(self):
         # A copy (pickled to an RLlib env runner, say) starts its own zygote when first used.
         state = dict(self.__dict__)
-        state.update(_lock=None, _proc=None, _base=None, _log=None, _jobs=0)
+        state.update(_lock=None, _proc=None, _base=None, _log=None, _jobs=0, _owner=None)
         return state
 
     def __setstate__(self, state):
         self.__dict__.update(state)
         self._lock = threading.Lock()
+        self._owner = os.getpid()
 
     def __enter__(self):
         return self
@@ -1166,4 +1238,10 @@ class _JobFailed(Exception):
 
 
 if __name__ == "__main__":
-    _zygote_main(json.loads(sys.argv[1]))
+    try:
+        _zygote_main(json.loads(sys.argv[1]))
+    except BaseException:  # noqa: BLE001
+        traceback.print_exc()
+    finally:  # never through interpreter shutdown: jax's threads may hold locks
+        sys.stderr.flush()
+        os._exit(1)

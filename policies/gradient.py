@@ -8,7 +8,9 @@ grid cell that the space's check allows) and ranks those by the relaxed model, f
 by their one-step neighbours, also ranked. Each ``act`` then proposes the next one for the full
 simulator to judge (one env step, one evaluation). Non-block knobs keep their current
 values. When the proposals run out, or the model cannot be built (no block-size knob, no
-pallas_call), it falls back to one-knob moves around the best schedule seen.
+pallas_call, or a current source that is not the workload's own template: building the
+model traces it in the policy's process, where candidate code must never run), it falls
+back to one-knob moves around the best schedule seen.
 """
 
 from __future__ import annotations
@@ -39,8 +41,12 @@ class GradientPolicy(Policy):
 
         u = env.unwrapped
         space = u.schedule_space
+        if u.source != u.workload.template_source():
+            # Modelling means tracing in this process: only the project's own template may run here.
+            self.error = "no relaxed model: the current source is not the workload's template"
+            return []
         try:
-            self.model = relaxed.build(u.workload, u.source, u.schedule)
+            self.model = relaxed.build(u.workload, template_tracer(u.workload), u.schedule)
         except Exception as e:  # noqa: BLE001 - any failure: fall back to local moves
             self.error = f"no relaxed model: {e}"
             return []
@@ -77,6 +83,21 @@ class GradientPolicy(Policy):
                 self._tried.add(schedule_key(schedule))
                 return schedule_action(env, schedule)
         return schedule_action(env, best)
+
+
+def template_tracer(workload):
+    """``trace(schedule)``: the jaxpr of ``workload``'s own template at a schedule."""
+    import jax
+
+    from jaxbench_env.candidate_process import load_module
+
+    specs = jax.eval_shape(lambda: workload.make_inputs(workload.config, 0))
+
+    def trace(schedule):
+        module = load_module(workload.template_source(), workload.config, dict(schedule))
+        return jax.jit(module.workload).trace(*specs).jaxpr.jaxpr
+
+    return trace
 
 
 def _roundings(model, x, base: dict, space) -> list[dict]:

@@ -94,3 +94,14 @@ def compile_full_size(workload, source: str, schedule: dict):
     full = judge.read_artifacts(blobs)["full_tpu"]
     compiled, profiles = judge.compile_v6e(full.call, full.in_avals)
     return compiled, profiles, full
+
+
+def judged_time_only(workload, source: str, schedule: dict) -> dict:
+    """The judge's result for ``source`` built as the sandbox would, verified, compiled and
+    priced but not checked (in-process: for the simulator's tests)."""
+    request = {"workload": workload.name, "config": workload.config, "source": source, "schedule": schedule,
+               "backend": "sim"}
+    manifest, blobs = candidate_process.build_artifacts(request)
+    if manifest["error"] is not None:
+        return {"error": manifest["error"], "details": {}}
+    return judge.judge({**request, "artifacts": blobs, "rung": manifest["rung"], "compile_only": True})

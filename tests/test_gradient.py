@@ -15,6 +15,7 @@ from jaxbench_env.sim import V6E, calibration, relaxed  # noqa: E402
 from jaxbench_env.sim.model import price_kernel  # noqa: E402
 from jaxbench_env.sim.pallas import kernel_features, pallas_call_eqns  # noqa: E402
 from policies import GradientPolicy, make_policy  # noqa: E402
+from policies.gradient import template_tracer  # noqa: E402
 from policies.base import schedule_action  # noqa: E402
 
 CONFIG = {"M": 2048, "K": 2048, "N": 2048}
@@ -24,7 +25,7 @@ CONFIG = {"M": 2048, "K": 2048, "N": 2048}
 def gemm_model():
     wl = workloads.get("gemm", CONFIG)
     start = {**wl.space().default(), "block_m": 256, "block_k": 256, "block_n": 256}
-    return wl, start, relaxed.build(wl, wl.template_source(), start)
+    return wl, start, relaxed.build(wl, template_tracer(wl), start)
 
 
 def test_relaxed_model_relaxes_the_block_knobs_only(gemm_model):
@@ -35,7 +36,7 @@ def test_relaxed_model_relaxes_the_block_knobs_only(gemm_model):
 
 def test_relaxed_model_agrees_with_the_full_model_at_its_start(gemm_model):
     wl, start, model = gemm_model
-    (eqn,) = pallas_call_eqns(relaxed._trace(wl, wl.template_source(), start))
+    (eqn,) = pallas_call_eqns(template_tracer(wl)(start))
     full = price_kernel(kernel_features(eqn), V6E, calibration())["time_s"]  # analytic compute: no compile
     assert float(model.time(model.x0)) == pytest.approx(full, rel=0.1)
 

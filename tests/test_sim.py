@@ -14,7 +14,7 @@ from jax.experimental import pallas as pl  # noqa: E402
 from jax.experimental.pallas import tpu as pltpu  # noqa: E402
 
 import workloads  # noqa: E402
-from jaxbench_env import pipeline  # noqa: E402
+from jaxbench_env.candidate_process import load_module  # noqa: E402
 from jaxbench_env.sim import V6E, calibration  # noqa: E402
 from jaxbench_env.sim.model import price_kernel  # noqa: E402
 from jaxbench_env.sim.pallas import body_work, kernel_features, pallas_call_eqns, static_grid, vmem_estimate  # noqa: E402
@@ -68,7 +68,7 @@ def test_hand_copied_kernel_is_priced_by_its_copies():
 
 def test_data_dependent_grid_axis_gets_the_table_bound():
     wl = workloads.get("megablox_gmm")
-    module = pipeline.load_module(wl.expert_source(), wl.config, {})
+    module = load_module(wl.expert_source(), wl.config, {})
     specs = jax.eval_shape(lambda: wl.make_inputs(wl.config, 0))
     (eqn,) = pallas_call_eqns(jax.jit(module.workload).trace(*specs).jaxpr.jaxpr)
     grid, bound = static_grid(eqn)

@@ -15,7 +15,7 @@ from jax.experimental import pallas as pl  # noqa: E402
 from jax.experimental.pallas import tpu as pltpu  # noqa: E402
 
 import workloads  # noqa: E402
-from jaxbench_env import pipeline  # noqa: E402
+from harness import judged_time_only  # noqa: E402
 from jaxbench_env.sim import V5E, V6E, bundles, calibrate, calibration, hlo  # noqa: E402
 from jaxbench_env.sim.model import price_kernel  # noqa: E402
 from jaxbench_env.sim.pallas import kernel_features, pallas_call_eqns  # noqa: E402
@@ -55,14 +55,10 @@ def test_bundle_parser_finds_loops_and_trips():
 def _predict(name, config, schedule):
     """(sim details, error) of a workload's template at a schedule: compiled for v6e, not checked."""
     wl = workloads.get(name, dict(config))
-    module = pipeline.load_module(wl.template_source(), wl.config, dict(schedule))
-    try:
-        jaxpr, compiled, profiles = pipeline.compile_full(module, wl)
-    except pipeline.StageError as e:
-        return None, str(e)
-    from jaxbench_env.sim import predict_program
-
-    return predict_program(jaxpr, compiled, V6E, profiles), None
+    result = judged_time_only(wl, wl.template_source(), dict(schedule))
+    if result["error"]:
+        return None, result["error"]
+    return result["details"]["sim"], None
 
 
 GEMM = (("M", 2048), ("K", 2048), ("N", 2048))
@@ -72,7 +68,7 @@ def gemm_ms(block, buffers=2):
     sim, error = _predict("gemm", GEMM, (("block_m", block), ("block_k", block), ("block_n", block),
                                          ("buffers", buffers), ("order", "mn")))
     assert error is None, error
-    return sim.time_s * 1e3, sim
+    return sim["time_s"] * 1e3, sim
 
 
 def test_gemm_time_falls_as_blocks_grow():
@@ -80,16 +76,15 @@ def test_gemm_time_falls_as_blocks_grow():
     assert times[128] > times[256] > times[512]
     assert times[128] > 3 * times[512]  # 128-wide steps are overhead- and DMA-bound
     _, sim = gemm_ms(512)
-    assert sim.kernels[0]["compute_from"] == "bundles"  # read from the compiled kernel
+    assert sim["kernels"][0]["compute_from"] == "bundles"  # read from the compiled kernel
 
 
 def test_gemm_blocks_over_vmem_are_rejected():
     wl = workloads.get("gemm", dict(GEMM))
     source = wl.template_source().replace('"block_k": 1024', '"block_k": 8192')
     assert '"block_k": 8192' in source
-    module = pipeline.load_module(source, wl.config, {"block_m": 2048, "block_n": 2048, "block_k": 2048})
-    with pytest.raises(pipeline.StageError, match="VMEM"):
-        pipeline.compile_full(module, wl)
+    result = judged_time_only(wl, source, {"block_m": 2048, "block_n": 2048, "block_k": 2048})
+    assert not result["compiled"] and "VMEM" in result["error"], result["error"]
 
 
 def test_memory_bound_rmsnorm_lands_near_bytes_over_bandwidth():
@@ -100,7 +95,7 @@ def test_memory_bound_rmsnorm_lands_near_bytes_over_bandwidth():
     x = jax.eval_shape(lambda: wl.make_inputs(wl.config, 0))[0]
     nbytes = 2 * math.prod(x.shape) * x.dtype.itemsize  # read x, write the output
     ideal = nbytes / (V6E.hbm_bytes_per_s * calibration().hbm_efficiency)
-    assert ideal <= sim.time_s <= 1.3 * ideal
+    assert ideal <= sim["time_s"] <= 1.3 * ideal
 
 
 ROWS, WIDTH, STEPS = 512, 1024, 64

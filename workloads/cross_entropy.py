@@ -36,12 +36,14 @@ import jax
 import jax.numpy as jnp
 
 from .base import (
+    WEIGHT_STRUCTURE,
     Knob,
     ScheduleSpace,
     Workload,
     indivisible,
     over_vmem,
     require_positive_ints,
+    seeded_normal,
     tile_bytes,
 )
 
@@ -82,8 +84,10 @@ class CrossEntropy(Workload):
         dt = self.dtype(config)
         b, h, v = config["batch_tokens"], config["hidden_dim"], config["vocab_size"]
         k_hidden, k_weight, k_labels = jax.random.split(jax.random.key(42 + seed), 3)
-        hidden = jax.random.normal(k_hidden, (b, h), dt)
-        weight = jax.random.normal(k_weight, (h, v), dt) * 0.02
+        hidden = seeded_normal(k_hidden, (b, h), dt, seed)
+        weight = seeded_normal(k_weight, (h, v), dt, seed, scale=0.02, **WEIGHT_STRUCTURE)
+        if seed:
+            return hidden, weight, jax.random.randint(k_labels, (b,), 0, v, jnp.int32)
 
         def sample(chunk):
             rows, key = chunk

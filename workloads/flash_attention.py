@@ -21,9 +21,11 @@ import jax.numpy as jnp
 from .base import (
     Knob,
     ScheduleSpace,
+    QK_STRUCTURE,
     Workload,
     over_vmem,
     require_positive_ints,
+    seeded_normal,
     tile_bytes,
 )
 
@@ -49,7 +51,8 @@ class FlashAttention(Workload):
         dt = self.dtype(config)
         kq, kk, kv = jax.random.split(jax.random.key(42 + seed), 3)
         shape = self.shape(config)
-        return (jax.random.normal(kq, shape, dt), jax.random.normal(kk, shape, dt), jax.random.normal(kv, shape, dt))
+        q, k = (seeded_normal(key, shape, dt, seed, **QK_STRUCTURE) for key in (kq, kk))
+        return q, k, seeded_normal(kv, shape, dt, seed)
 
     def reference(self, config, q, k, v):
         # JAXBench's plain-JAX baseline: everything in the input dtype, default precision.

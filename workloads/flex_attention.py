@@ -32,11 +32,13 @@ import jax.numpy as jnp
 from .base import (
     Knob,
     ScheduleSpace,
+    QK_STRUCTURE,
     Workload,
     indivisible,
     over_vmem,
     pow2_divisors,
     require_positive_ints,
+    seeded_normal,
     tile_bytes,
 )
 
@@ -67,11 +69,11 @@ class FlexAttention(Workload):
         dt = self.dtype(config)
         kq, kk, kv, kb = jax.random.split(jax.random.key(42 + seed), 4)
         shape = (config["batch"], config["num_heads"], config["seq_len"], config["head_dim"])
-        q = jax.random.normal(kq, shape, dt)
-        k = jax.random.normal(kk, shape, dt) * 0.5  # JAXBench: ·0.02 (see above)
-        v = jax.random.normal(kv, shape, dt)  # JAXBench: ·0.02
+        q = seeded_normal(kq, shape, dt, seed, **QK_STRUCTURE)
+        k = seeded_normal(kk, shape, dt, seed, scale=0.5, **QK_STRUCTURE)  # JAXBench: ·0.02 (see above)
+        v = seeded_normal(kv, shape, dt, seed)  # JAXBench: ·0.02
         bias_shape = (config["num_heads"], config["seq_len"], config["seq_len"])
-        rel_pos_bias = jax.random.normal(kb, bias_shape, dt) * 0.5  # JAXBench: ·0.01
+        rel_pos_bias = seeded_normal(kb, bias_shape, dt, seed, scale=0.5, outliers=0.0)  # JAXBench: ·0.01
         return q, k, v, rel_pos_bias
 
     def reference(self, config, q, k, v, rel_pos_bias):

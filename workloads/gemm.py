@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from .base import (
+    WEIGHT_STRUCTURE,
     Knob,
     ScheduleSpace,
     Workload,
@@ -19,6 +20,7 @@ from .base import (
     matmul_vmem_bytes,
     over_vmem,
     require_positive_ints,
+    seeded_normal,
 )
 
 BLOCKS_MK = (128, 256, 512, 1024)
@@ -41,8 +43,8 @@ class Gemm(Workload):
     def make_inputs(self, config, seed):
         dt = self.dtype(config)
         ka, kb = jax.random.split(jax.random.key(42 + seed), 2)
-        a = jax.random.normal(ka, (config["M"], config["K"]), dt)
-        b = jax.random.normal(kb, (config["K"], config["N"]), dt) * 0.02
+        a = seeded_normal(ka, (config["M"], config["K"]), dt, seed)
+        b = seeded_normal(kb, (config["K"], config["N"]), dt, seed, scale=0.02, **WEIGHT_STRUCTURE)
         return a, b
 
     def reference(self, config, a, b):

@@ -26,11 +26,13 @@ import jax.numpy as jnp
 from .base import (
     Knob,
     ScheduleSpace,
+    QK_STRUCTURE,
     Workload,
     indivisible,
     over_vmem,
     pow2_divisors,
     require_positive_ints,
+    seeded_normal,
     tile_bytes,
 )
 
@@ -79,9 +81,9 @@ class GQAAttention(Workload):
         dt = self.dtype(config)
         kq, kk, kv = jax.random.split(jax.random.key(42 + seed), 3)
         b, s, d = config["batch"], config["seq_len"], config["head_dim"]
-        query = jax.random.normal(kq, (b, s, config["num_query_heads"], d), dt)
-        key = jax.random.normal(kk, (b, s, config["num_kv_heads"], d), dt)
-        value = jax.random.normal(kv, (b, s, config["num_kv_heads"], d), dt)
+        query = seeded_normal(kq, (b, s, config["num_query_heads"], d), dt, seed, **QK_STRUCTURE)
+        key = seeded_normal(kk, (b, s, config["num_kv_heads"], d), dt, seed, **QK_STRUCTURE)
+        value = seeded_normal(kv, (b, s, config["num_kv_heads"], d), dt, seed)
         return query, key, value
 
     def reference(self, config, query, key, value):

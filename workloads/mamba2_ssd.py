@@ -33,6 +33,7 @@ from .base import (
     indivisible,
     over_vmem,
     require_positive_ints,
+    seeded_normal,
     tile_bytes,
 )
 
@@ -58,10 +59,8 @@ class Mamba2SSD(Workload):
         dt = self.dtype(config)
         keys = jax.random.split(jax.random.key(42 + seed), 5)
         shape = self.shape(config)
-        query = jax.random.normal(keys[0], shape, dt)
-        key = jax.random.normal(keys[1], shape, dt)
-        value = jax.random.normal(keys[2], shape, dt)
-        A_log = jax.random.normal(keys[3], shape[:3], jnp.float32) * 0.5 - 4.0
+        query, key, value = (seeded_normal(keys[i], shape, dt, seed) for i in range(3))
+        A_log = seeded_normal(keys[3], shape[:3], jnp.float32, seed, scale=0.5, offset=-4.0)
         return query, key, value, A_log
 
     def reference(self, config, query, key, value, A_log):

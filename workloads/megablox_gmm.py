@@ -38,6 +38,7 @@ import jax
 import jax.numpy as jnp
 
 from .base import (
+    WEIGHT_STRUCTURE,
     Knob,
     ScheduleSpace,
     Workload,
@@ -45,6 +46,7 @@ from .base import (
     matmul_vmem_bytes,
     over_vmem,
     require_positive_ints,
+    seeded_normal,
 )
 
 BLOCKS_M = (128, 256, 512)
@@ -98,8 +100,8 @@ class MegabloxGMM(Workload):
         m, k, n, g = rows(config), config["emb_dim"], config["moe_mlp_dim"], config["num_experts"]
         key = jax.random.key(42 + seed)
         k_lhs, k_rhs = jax.random.split(key, 2)
-        lhs = jax.random.normal(k_lhs, (m, k), dt)
-        rhs = jax.random.normal(k_rhs, (g, k, n), dt) * 0.02
+        lhs = seeded_normal(k_lhs, (m, k), dt, seed)
+        rhs = seeded_normal(k_rhs, (g, k, n), dt, seed, scale=0.02, **WEIGHT_STRUCTURE)
         if seed == 0:
             return lhs, rhs, jnp.full((g,), m // g, jnp.int32)
         k_size, k_empty, k_one = jax.random.split(jax.random.fold_in(key, 2), 3)

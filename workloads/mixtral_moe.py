@@ -31,11 +31,13 @@ import jax
 import jax.numpy as jnp
 
 from .base import (
+    WEIGHT_STRUCTURE,
     Knob,
     ScheduleSpace,
     Workload,
     over_vmem,
     require_positive_ints,
+    seeded_normal,
     tile_bytes,
 )
 
@@ -99,11 +101,9 @@ class MixtralMoE(Workload):
         dt = self.dtype(config)
         b, s, d, f, e = (config[k] for k in ("batch", "seq_len", "emb_dim", "mlp_dim", "num_experts"))
         kx, kr, kg, ku, kd = jax.random.split(jax.random.key(42 + seed), 5)
-        x = jax.random.normal(kx, (b, s, d), dt)
-        router = jax.random.normal(kr, (d, e), dt) * 0.02
-        gate = jax.random.normal(kg, (e, d, f), dt) * 0.02
-        up = jax.random.normal(ku, (e, d, f), dt) * 0.02
-        down = jax.random.normal(kd, (e, f, d), dt) * 0.02
+        x = seeded_normal(kx, (b, s, d), dt, seed)
+        router, gate, up, down = (seeded_normal(k, shape, dt, seed, scale=0.02, **WEIGHT_STRUCTURE) for k, shape in
+                                  ((kr, (d, e)), (kg, (e, d, f)), (ku, (e, d, f)), (kd, (e, f, d))))
         return x, router, gate, up, down
 
     def reference(self, config, x, router, gate, up, down):

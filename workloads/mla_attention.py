@@ -34,12 +34,14 @@ import jax
 import jax.numpy as jnp
 
 from .base import (
+    WEIGHT_STRUCTURE,
     Knob,
     ScheduleSpace,
     Workload,
     indivisible,
     over_vmem,
     require_positive_ints,
+    seeded_normal,
     tile_bytes,
 )
 
@@ -92,9 +94,9 @@ class MLAAttention(Workload):
         nope, rope, vd = config["qk_nope_head_dim"], config["qk_rope_head_dim"], config["v_head_dim"]
 
         def weight(k, shape, fan_in_key):
-            return jax.random.normal(k, shape, dt) * self.weight_scale(config, fan_in_key)
+            return seeded_normal(k, shape, dt, seed, scale=self.weight_scale(config, fan_in_key), **WEIGHT_STRUCTURE)
 
-        x = jax.random.normal(keys[0], (B, S, E), dt)
+        x = seeded_normal(keys[0], (B, S, E), dt, seed)
         q_down = weight(keys[1], (E, ql), "emb_dim")
         q_up = weight(keys[2], (ql, H * (nope + rope)), "q_lora_rank")
         kv_down = weight(keys[3], (E, kvl + rope), "emb_dim")

@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from .base import (
+    WEIGHT_STRUCTURE,
     Knob,
     ScheduleSpace,
     Workload,
@@ -28,6 +29,7 @@ from .base import (
     matmul_vmem_bytes,
     over_vmem,
     require_positive_ints,
+    seeded_normal,
 )
 
 BLOCKS_MK = (128, 256, 512, 1024)
@@ -67,8 +69,8 @@ class RaggedDot(Workload):
         dt = self.dtype(config)
         g = config["num_groups"]
         kx, kw = jax.random.split(jax.random.key(42 + seed), 2)
-        x = jax.random.normal(kx, (g, config["M"] // g, config["K"]), dt)
-        weights = jax.random.normal(kw, (g, config["K"], config["N"]), dt) * 0.02
+        x = seeded_normal(kx, (g, config["M"] // g, config["K"]), dt, seed)
+        weights = seeded_normal(kw, (g, config["K"], config["N"]), dt, seed, scale=0.02, **WEIGHT_STRUCTURE)
         return x, weights
 
     def reference(self, config, x, weights):

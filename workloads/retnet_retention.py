@@ -25,6 +25,7 @@ from .base import (
     indivisible,
     over_vmem,
     require_positive_ints,
+    seeded_normal,
     tile_bytes,
 )
 
@@ -50,8 +51,7 @@ class RetNetRetention(Workload):
         dt = self.dtype(config)
         kq, kk, kv = jax.random.split(jax.random.key(42 + seed), 3)
         shape = self.shape(config)
-        return (jax.random.normal(kq, shape, dt), jax.random.normal(kk, shape, dt),
-                jax.random.normal(kv, shape, dt))
+        return tuple(seeded_normal(k, shape, dt, seed) for k in (kq, kk, kv))
 
     def reference(self, config, query, key, value):
         # JAXBench's baseline: decay and scores in f32, the normalised scores cast back to

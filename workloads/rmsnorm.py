@@ -23,6 +23,7 @@ from .base import (
     Workload,
     over_vmem,
     require_positive_ints,
+    seeded_normal,
     tile_bytes,
 )
 
@@ -64,8 +65,8 @@ class RMSNorm(Workload):
     def make_inputs(self, config, seed):
         dt = self.dtype(config)
         kx, ks = jax.random.split(jax.random.key(42 + seed), 2)
-        x = jax.random.normal(kx, (config["batch"], config["seq_len"], config["emb_dim"]), dt)
-        scale = jax.random.normal(ks, (config["emb_dim"],), dt) * 0.1 + 1.0
+        x = seeded_normal(kx, (config["batch"], config["seq_len"], config["emb_dim"]), dt, seed)
+        scale = seeded_normal(ks, (config["emb_dim"],), dt, seed, scale=0.1, offset=1.0)
         return x, scale
 
     def reference(self, config, x, scale):

@@ -32,11 +32,13 @@ import jax.numpy as jnp
 from .base import (
     Knob,
     ScheduleSpace,
+    QK_STRUCTURE,
     Workload,
     indivisible,
     over_vmem,
     pow2_divisors,
     require_positive_ints,
+    seeded_normal,
     tile_bytes,
 )
 
@@ -81,9 +83,9 @@ class SparseAttention(Workload):
         dt = self.dtype(config)
         kq, kk, kv = jax.random.split(jax.random.key(42 + seed), 3)
         b, s, d = config["batch"], config["seq_len"], config["head_dim"]
-        q = jax.random.normal(kq, (b, config["num_query_heads"], s, d), dt) * d**-0.5
-        k = jax.random.normal(kk, (b, config["num_kv_heads"], s, d), dt)  # JAXBench: ·0.02 (see above)
-        v = jax.random.normal(kv, (b, config["num_kv_heads"], s, d), dt)  # JAXBench: ·0.02
+        q = seeded_normal(kq, (b, config["num_query_heads"], s, d), dt, seed, scale=d**-0.5, **QK_STRUCTURE)
+        k = seeded_normal(kk, (b, config["num_kv_heads"], s, d), dt, seed, **QK_STRUCTURE)  # JAXBench: ·0.02 (see above)
+        v = seeded_normal(kv, (b, config["num_kv_heads"], s, d), dt, seed)  # JAXBench: ·0.02
         return q, k, v
 
     def reference(self, config, q, k, v):

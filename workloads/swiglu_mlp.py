@@ -23,12 +23,14 @@ import jax
 import jax.numpy as jnp
 
 from .base import (
+    WEIGHT_STRUCTURE,
     Knob,
     ScheduleSpace,
     Workload,
     indivisible,
     over_vmem,
     require_positive_ints,
+    seeded_normal,
     tile_bytes,
 )
 
@@ -80,10 +82,9 @@ class SwiGLUMLP(Workload):
         dt = self.dtype(config)
         kx, kg, ku, kd = jax.random.split(jax.random.key(42 + seed), 4)
         e, f = config["emb_dim"], config["mlp_dim"]
-        x = jax.random.normal(kx, (config["batch"], config["seq_len"], e), dt)
-        gate = jax.random.normal(kg, (e, f), dt) * 0.02
-        up = jax.random.normal(ku, (e, f), dt) * 0.02
-        down = jax.random.normal(kd, (f, e), dt) * 0.02
+        x = seeded_normal(kx, (config["batch"], config["seq_len"], e), dt, seed)
+        gate, up, down = (seeded_normal(k, shape, dt, seed, scale=0.02, **WEIGHT_STRUCTURE)
+                          for k, shape in ((kg, (e, f)), (ku, (e, f)), (kd, (f, e))))
         return x, gate, up, down
 
     def reference(self, config, x, gate, up, down):

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -91,24 +91,16 @@ class RelaxedModel:
         return out
 
 
-def _trace(workload, source: str, schedule: Mapping[str, Any]):
-    import jax
-
-    from jaxbench_env.candidate_process import load_module
-
-    module = load_module(source, workload.config, dict(schedule))
-    specs = jax.eval_shape(lambda: workload.make_inputs(workload.config, 0))
-    return jax.jit(module.workload).trace(*specs).jaxpr.jaxpr
-
-
-def build(workload, source: str, schedule: Mapping[str, Any], chip: Chip = V6E,
+def build(workload, trace: Callable[[Mapping[str, Any]], Any], schedule: Mapping[str, Any], chip: Chip = V6E,
           cal: Calibration | None = None) -> RelaxedModel:
-    """The relaxed model of ``source`` around ``schedule``: one trace at it and one per knob."""
+    """The relaxed model of a kernel around ``schedule``: one trace at it and one per knob.
+    ``trace(schedule)`` returns the jaxpr of the kernel's module at that schedule (the
+    caller decides whose code may run in its process)."""
     space = workload.space()
     knobs = block_knobs(space)
     if not knobs:
         raise ValueError(f"{workload.name}'s schedule space has no block-size knob to relax")
-    q0, limits = kernel_quantities(_trace(workload, source, schedule))
+    q0, limits = kernel_quantities(trace(schedule))
     if not len(q0):
         raise ValueError("the source has no pallas_call to model")
     log_q0 = np.log(np.maximum(q0, _TINY))
@@ -122,7 +114,7 @@ def build(workload, source: str, schedule: Mapping[str, Any], chip: Chip = V6E,
             if space.check(moved) is not None:
                 continue
             try:
-                q1, _ = kernel_quantities(_trace(workload, source, moved))
+                q1, _ = kernel_quantities(trace(moved))
             except Exception:  # noqa: BLE001 - an untraceable neighbour: try the other side
                 continue
             if q1.shape == q0.shape:

@@ -1,0 +1,295 @@
+"""The reward cannot be gamed: one test per known exploit, each run as an adversary would,
+through the Gymnasium API. Every cheat gets the penalty with a clear error, leaves nothing
+changed outside its own temporary directory, and the next honest candidate gets the same
+reward as on a fresh environment.
+
+The gemm config is chosen so the check size (M=1024, K=1024, N=2048) is smaller than the
+full size: a candidate can tell the two apart by its inputs' shapes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from jaxbench_env.candidate import Candidate
+from jaxbench_env.evaluation import Evaluator
+
+CONFIG = {"M": 2048, "K": 2048, "N": 4096}
+PENALTY = -1.0
+PRE = "import jax, jax.numpy as jnp\nfrom jax.experimental import pallas as pl\n"
+HONEST = PRE + "def workload(a, b):\n    return jnp.dot(a, b, preferred_element_type=jnp.float32).astype(a.dtype)\n"
+SECRET = "sk-test-not-for-candidates-1234"
+
+
+def src(body: str) -> str:
+    return PRE + textwrap.dedent(body)
+
+
+@pytest.fixture(scope="module")
+def env(make_env):
+    os.environ["JAXBENCH_TEST_SECRET"] = SECRET  # in the trainer's environment, like an API key
+    env = make_env("gemm", CONFIG, action_mode="source")
+    env.reset(seed=0)
+    return env
+
+
+@pytest.fixture(scope="module")
+def honest_reward(tmp_path_factory):
+    """The honest candidate's reward on a fresh environment with a cache of its own."""
+    ev = Evaluator("gemm", CONFIG, backend="sim", cache_dir=tmp_path_factory.mktemp("fresh-cache"))
+    try:
+        result = ev.evaluate(Candidate(HONEST, {}))
+        assert result.ok, result.error
+        return result.speedup
+    finally:
+        ev.close()
+
+
+def _cache_snapshot(root: Path) -> dict:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def step(env, source: str):
+    _, reward, _, _, info = env.step(source)
+    return reward, info
+
+
+def assert_penalized(env, source: str, *fragments: str) -> dict:
+    reward, info = step(env, source)
+    assert reward == PENALTY, info
+    assert info["error"], info
+    for fragment in fragments:
+        assert fragment in info["error"], info["error"]
+    return info
+
+
+def assert_next_honest_is_unaffected(env, honest_reward):
+    # A variant of the honest kernel, so the answer is not the cached one.
+    reward, info = step(env, HONEST + f"\n# after an attack, {time.time_ns()}\n")
+    assert info["correct"] and info["compiled"], info["error"]
+    assert reward == pytest.approx(honest_reward, rel=1e-9)
+
+
+def test_size_branching_is_rejected(env, honest_reward):
+    info = assert_penalized(env, src("""
+        def workload(a, b):
+            if a.shape[0] > 1024:  # the full size: skip the work
+                return jnp.zeros((a.shape[0], b.shape[1]), a.dtype)
+            return jnp.dot(a, b)
+        """))
+    assert not info["correct"]
+    assert_next_honest_is_unaffected(env, honest_reward)
+
+
+def test_interpret_mode_branching_checks_the_program_the_tpu_runs(env, honest_reward):
+    assert_penalized(env, src("""
+        from jax._src import config
+        def workload(a, b):
+            if config.pallas_tpu_interpret_mode_context_manager.value:  # the old check's tell
+                return jnp.dot(a, b)
+            return jnp.zeros((a.shape[0], b.shape[1]), a.dtype)
+        """), "wrong result")
+    assert_next_honest_is_unaffected(env, honest_reward)
+
+
+def test_host_callbacks_are_rejected(env, honest_reward):
+    assert_penalized(env, src("""
+        import numpy as np
+        def workload(a, b):
+            out = jax.ShapeDtypeStruct((a.shape[0], b.shape[1]), a.dtype)
+            return jax.pure_callback(lambda x, y: (np.asarray(x, np.float32) @ np.asarray(y, np.float32))
+                                     .astype(x.dtype), out, a, b)
+        """), "callback")
+    assert_next_honest_is_unaffected(env, honest_reward)
+
+
+def test_platform_dependent_is_rejected(env, honest_reward):
+    assert_penalized(env, src("""
+        from jax import lax
+        def workload(a, b):
+            return lax.platform_dependent(a, b, cpu=lambda a, b: jnp.dot(a, b),
+                                          default=lambda a, b: jnp.zeros((a.shape[0], b.shape[1]), a.dtype))
+        """))
+    assert_next_honest_is_unaffected(env, honest_reward)
+
+
+def test_patching_the_judge_from_the_candidate_changes_nothing(env, honest_reward):
+    assert_penalized(env, src("""
+        import sys, types
+        import jaxbench_env.judge as judge
+        judge.check_outputs = lambda *a, **k: 0.0
+        judge.compare_outputs = lambda *a, **k: 0.0
+        fake = types.SimpleNamespace(check=lambda *a, **k: 0.0, predict_program=lambda *a, **k: None)
+        sys.modules["jaxbench_env.pipeline"] = fake
+        def workload(a, b):
+            return jnp.zeros((a.shape[0], b.shape[1]), a.dtype)
+        """), "wrong result")
+    assert_next_honest_is_unaffected(env, honest_reward)
+
+
+def test_the_cache_cannot_be_rewritten_or_read(env, honest_reward, cache_dir):
+    before = _cache_snapshot(cache_dir)
+    reward, info = step(env, src(f"""
+        import glob, json, os, pathlib
+        found, wrote = [], []
+        for root in ({str(cache_dir)!r}, os.path.expanduser("~/.cache/jaxbench_gym")):
+            for path in glob.glob(os.path.join(root, "**", "*.json"), recursive=True):
+                found.append(path)
+                try:
+                    pathlib.Path(path).write_text(json.dumps({{"time_ms": 1e-6, "correct": True}}))
+                    wrote.append(path)
+                except OSError:
+                    pass
+        if found or wrote:
+            raise RuntimeError(f"saw {{len(found)}} cache entries, rewrote {{len(wrote)}}")
+        def workload(a, b):
+            return jnp.dot(a, b)
+        """))
+    assert info["correct"], info["error"]  # it did nothing harmful, so it is judged normally
+    after = _cache_snapshot(cache_dir)
+    assert all(after[k] == v for k, v in before.items())  # only new entries were added
+    assert_next_honest_is_unaffected(env, honest_reward)
+
+
+def test_the_candidate_sees_no_secret_no_network_and_no_writable_tree(env, honest_reward):
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    server.settimeout(0.1)
+    port = server.getsockname()[1]
+    project = Path(__file__).resolve().parents[1]
+    marker = Path("/tmp") / f"jaxbench-escaped-{os.getpid()}"
+    try:
+        reward, info = step(env, src(f"""
+            import os, pathlib, socket, subprocess
+            report = {{"secret": os.environ.get("JAXBENCH_TEST_SECRET")}}
+            try:
+                report["environ_of_parent"] = open(f"/proc/{{os.getppid()}}/environ", "rb").read().count(b"sk-test")
+            except OSError as e:
+                report["environ_of_parent"] = type(e).__name__
+            try:
+                socket.create_connection(("127.0.0.1", {port}), timeout=2).close()
+                report["socket"] = "connected"
+            except OSError as e:
+                report["socket"] = type(e).__name__
+            for path in ({str(project / "pwned.txt")!r}, {str(marker)!r}):
+                try:
+                    pathlib.Path(path).write_text("x")
+                    report[path] = "written"
+                except OSError as e:
+                    report[path] = type(e).__name__
+            subprocess.Popen(["sh", "-c", "sleep 4; touch {marker}.late"], start_new_session=True)
+            raise RuntimeError("REPORT " + repr(report))
+            """))
+        assert reward == PENALTY and "REPORT" in info["error"]
+        report = info["error"]
+        assert SECRET not in report and "'secret': None" in report
+        assert "'socket': 'connected'" not in report
+        assert "written" not in report
+        with pytest.raises(OSError):
+            server.accept()
+        assert not (project / "pwned.txt").exists() and not marker.exists()
+        time.sleep(6)
+        assert not Path(f"{marker}.late").exists()  # the detached child died with the candidate
+    finally:
+        server.close()
+    assert_next_honest_is_unaffected(env, honest_reward)
+
+
+@pytest.mark.parametrize("attack, fragment", [
+    ("os._exit(3)", "exit"),
+    ("os.killpg(0, signal.SIGKILL)", ""),
+    ("os.kill(os.getppid(), signal.SIGKILL)", ""),
+    ("sys.setrecursionlimit(10**6)\ndef f(n): return f(n + 1)\nf(0)", ""),
+    ("x = bytearray(100 * 2**30)", ""),
+    ("while True: sys.stdout.write('x' * 2**20)", ""),
+])
+def test_process_level_attacks_are_contained(env, honest_reward, attack, fragment):
+    assert_penalized(env, "import os, signal, sys\n" + attack + "\n" + HONEST, fragment)
+    assert_next_honest_is_unaffected(env, honest_reward)
+
+
+def test_sleeping_past_the_timeout(make_env, honest_reward):
+    env = make_env("gemm", CONFIG, action_mode="source", timeout_s=20)
+    env.reset(seed=0)
+    assert_penalized(env, "import time\ntime.sleep(60)\n" + HONEST, "timed out")
+    assert_next_honest_is_unaffected(env, honest_reward)
+
+
+def test_an_output_cached_in_a_module_global_is_rejected(env, honest_reward):
+    assert_penalized(env, src("""
+        _memo = {}
+        def workload(a, b):
+            if "out" not in _memo:  # KernelBench exploit: compute once, replay afterwards
+                _memo["out"] = jnp.dot(a, b)
+            return _memo["out"]
+        """))
+    assert_next_honest_is_unaffected(env, honest_reward)
+
+
+def test_writing_into_the_inputs_changes_nothing(env, honest_reward):
+    assert_penalized(env, src("""
+        import numpy as np
+        def workload(a, b):
+            view = np.asarray(a)  # tracers have no buffer: a candidate never holds the judge's inputs
+            view[...] = 0
+            return jnp.dot(a, b)
+        """))
+    assert_next_honest_is_unaffected(env, honest_reward)
+
+
+def test_reading_the_references_output_from_disk_finds_nothing(env, honest_reward):
+    reward, info = step(env, src("""
+        import glob, os
+        hits = [p for root in ("/tmp", os.path.expanduser("~"), "/root")
+                for p in glob.glob(os.path.join(root, "**", "*.npy"), recursive=True)][:5]
+        if hits:
+            raise RuntimeError(f"found {hits}")
+        def workload(a, b):
+            return jnp.dot(a, b)
+        """))
+    assert info["correct"], info["error"]
+    assert_next_honest_is_unaffected(env, honest_reward)
+
+
+def test_kernels_tiled_beyond_the_check_size_climb_the_ladder(env, honest_reward):
+    reward, info = step(env, src("""
+        def workload(a, b):
+            assert a.shape[0] % 2048 == 0, f"M={a.shape[0]} must be a multiple of bm=2048"
+            return jnp.dot(a, b)
+        """))
+    assert info["correct"] and reward > 0, info["error"]
+    result = env.evaluator.evaluate(Candidate(env.source, env.schedule))  # the cached result, with details
+    assert result.cached and result.details["check_rung"] == 1 and result.details["check_size"] == {}
+
+
+def test_candidate_modules_are_real_modules(env):
+    reward, info = step(env, src("""
+        import dataclasses, functools, typing
+        @dataclasses.dataclass(frozen=True)
+        class Blocks:
+            bm: int = 512
+            bn: int = 512
+        hints = typing.get_type_hints(Blocks)
+        @functools.lru_cache(maxsize=None)
+        def blocks() -> Blocks:
+            return Blocks()
+        def workload(a, b):
+            assert blocks().bm == 512 and hints
+            return jnp.dot(a, b)
+        """))
+    assert info["correct"], info["error"]
+
+
+def test_cached_results_carry_no_code(env):
+    # Results reach the trainer's process as JSON the judge wrote, never as pickles.
+    root = Path(env.evaluator.cache.root)
+    entries = [json.loads(p.read_text()) for p in root.rglob("*.json")]
+    assert entries and all(set(e) == {"value", "mac"} for e in entries)
