@@ -184,7 +184,8 @@ def build_artifacts(request: Mapping[str, Any]) -> tuple[dict, dict[str, bytes]]
         except Exception as e:  # noqa: BLE001
             raise CandidateError(f"tracing workload at full size failed: {short(e)}\n{candidate_frames(e)}") from None
         check, rung, failures = None, None, []
-        for rung, config in enumerate(wl.check_rungs()):
+        first = request.get("min_rung", 0)
+        for rung, config in list(enumerate(wl.check_rungs()))[first:]:
             module.CONFIG = dict(config)  # the config of the size being traced
             try:
                 check, check_tree = trace(module.workload, input_specs(wl, config))
@@ -203,7 +204,7 @@ def build_artifacts(request: Mapping[str, Any]) -> tuple[dict, dict[str, bytes]]
             blobs["full_tpu"] = export(wrap_kernels(full, False), out_tree, full_specs, "tpu")
             blobs["check_tpu"] = export(wrap_kernels(check, False), check_tree, check_specs, "tpu")
         except Exception as e:  # noqa: BLE001
-            raise CandidateError(f"lowering for v6e failed: {short(e)}") from None
+            raise CandidateError(f"v6e compile failed while lowering: {short(e)}") from None
         try:
             blobs["check_cpu"] = export(wrap_kernels(check, True), check_tree, check_specs, "cpu")
         except Exception as e:  # noqa: BLE001

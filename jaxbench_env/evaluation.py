@@ -144,8 +144,27 @@ class Evaluator:
         return result
 
     def _judge_candidate(self, request: dict, candidate: Candidate, compile_only: bool, expert_unchecked: bool) -> dict:
-        """Build the candidate's programs in the sandbox, then have the judge judge them."""
-        built = self.sandbox.run(BUILD_JOB, {**request, "source": candidate.source,
+        """Build the candidate's programs in the sandbox, then have the judge judge them.
+        Where the judge finds a size boundary between the check size and the full size, the
+        candidate is built again at the next rung of the check-size ladder."""
+        climbed, rung = [], 0
+        while True:
+            answer = self._judge_at(request, candidate, compile_only, expert_unchecked, rung)
+            details = answer["details"]
+            if not details.pop("size_boundary", False) or details.get("check_rung") is None:
+                break
+            climbed.append(f"rung {details['check_rung']}: {answer['error']}")
+            rung = details["check_rung"] + 1
+            if rung >= len(self.workload.check_rungs()):
+                answer["error"] = "no check size where the programs are one program:\n" + "\n".join(climbed)
+                break
+        if climbed:
+            answer["details"]["climbed"] = climbed
+        return answer
+
+    def _judge_at(self, request: dict, candidate: Candidate, compile_only: bool, expert_unchecked: bool,
+                  min_rung: int) -> dict:
+        built = self.sandbox.run(BUILD_JOB, {**request, "source": candidate.source, "min_rung": min_rung,
                                              "schedule": dict(candidate.schedule)})
         if built.error is not None:
             raise CandidateFailed(built.error)
@@ -157,8 +176,11 @@ class Evaluator:
             stage = manifest.get("stage")
             return {"compiled": False, "correct": False, "stage": stage if stage in _CANDIDATE_STAGES else "load",
                     "error": str(manifest["error"])[:MAX_CANDIDATE_ERROR_CHARS], "details": {"stage_s": stage_s}}
+        rung = manifest.get("rung")
+        if not isinstance(rung, int) or rung < min_rung:
+            raise CandidateFailed(f"the candidate's process reported check rung {rung!r}, below {min_rung}")
         answer = self.worker.call({
-            **request, "op": "judge", "artifacts": built.blobs, "rung": manifest.get("rung"),
+            **request, "op": "judge", "artifacts": built.blobs, "rung": rung,
             "interpret_error": str(manifest.get("interpret_error") or "")[:MAX_CANDIDATE_ERROR_CHARS],
             "compile_only": compile_only,
             "unchecked_because": "not checked: timing only" if compile_only and not expert_unchecked else None})

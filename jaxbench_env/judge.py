@@ -45,6 +45,12 @@ class Rejected(Exception):
     """The candidate failed a stage; the message is what the user sees."""
 
 
+class SizeBoundary(Rejected):
+    """The programs differ in a way a size boundary explains (structure that switches
+    with a dimension, a grid axis with one step at the check size): check at the next
+    rung of the ladder instead of rejecting."""
+
+
 class Mismatch(Rejected):
     def __init__(self, max_abs_err: float, msg: str):
         super().__init__(msg)
@@ -296,6 +302,8 @@ def _run(result: dict, body) -> dict:
         result["error"] = str(e)
     except Rejected as e:
         result["error"] = str(e)
+        if isinstance(e, SizeBoundary):
+            result["details"]["size_boundary"] = True  # the evaluator may climb a rung
     except BaseException as e:  # noqa: BLE001 - a judge must answer, whatever it was given
         result["error"] = f"{result['stage']} stage failed: {short(e)}"
     return result
@@ -378,9 +386,25 @@ def verify_request(wl, request) -> tuple[dict, dict]:
         verify_artifacts(programs["full_tpu"], programs["check_tpu"], programs.get("check_cpu"), wl.config,
                          check_config)
     except ProgramMismatch as e:
-        raise Rejected(str(e)) from None
+        raise SizeBoundary(str(e)) from None
+    single_step_axes(programs["check_tpu"], programs["full_tpu"])
     guard_vmem(programs["full_tpu"])
     return programs, check_config
+
+
+def single_step_axes(check, full) -> None:
+    """A grid axis with one step at the check size and several at full size hides what
+    happens between steps (a kernel that skips all but the last k-step computes the same
+    there): such a check proves too little, so it moves up the ladder."""
+    from jaxbench_env.sim import mosaic
+
+    pairs = zip(mosaic.stablehlo_custom_calls(check.mlir_module()), mosaic.stablehlo_custom_calls(full.mlir_module()))
+    for n, (c, f) in enumerate(pairs):
+        small, big = mosaic.parse_kernel(c).iteration_bounds, mosaic.parse_kernel(f).iteration_bounds
+        for axis, (a, b) in enumerate(zip(small, big)):
+            if a == 1 and (b is None or b > 1):
+                raise SizeBoundary(f"kernel {n}'s grid axis {axis} has one step at the check size and "
+                                   f"{'a run-time number' if b is None else b} at full size")
 
 
 def judge(request: Mapping[str, Any]) -> dict:
@@ -391,9 +415,9 @@ def judge(request: Mapping[str, Any]) -> dict:
     backend = request["backend"]
 
     def body(result):
+        result["details"]["check_rung"] = request.get("rung")
         programs, check_config = _timed(result, "verify", verify_request, wl, request)
-        result["details"]["check_size"] = wl.shrunk(check_config)  # what the check shrank, at which rung
-        result["details"]["check_rung"] = request["rung"]
+        result["details"]["check_size"] = wl.shrunk(check_config)  # what the check shrank
         full = programs["full_tpu"]
         if backend == "sim":  # compile first: the commonest failure, and cheaper than the check
             compiled, profiles = _timed(result, "compile", compile_v6e, full.call, full.in_avals)

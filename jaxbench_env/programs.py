@@ -35,7 +35,9 @@ anything runs, ``verify_artifacts`` checks the StableHLO the judge deserialized 
    attributes, except:
 
    - **shapes** (tensor/memref/vector dimensions, slice limits and sizes, non-negative pad
-     widths) may differ freely, but a dimension may be 0 at one size only if at both;
+     widths) may differ freely, but a dimension may be 0 at one size only if at both, and
+     a slice or load that takes a whole axis of its operand at the check size may not take
+     less of it at full size (reading part of a block only where it is priced);
    - **integers** in constants and in position-like attributes (slice starts and strides,
      reduce-window windows and padding, a kernel's ``iteration_bounds``) may differ only as
      ``SizeRule`` allows (below); block shapes (``window_bounds``) as that rule allows or as
@@ -278,14 +280,12 @@ def _check_exported(exported, platform: str, label: str) -> None:
 
 
 def _check_module_ops(module, platform: str) -> None:
-    attrs = module.operation.attributes
-    if "jax.uses_shape_polymorphism" in attrs and str(attrs["jax.uses_shape_polymorphism"]) != "false":
-        raise ProgramMismatch(f"the {platform.upper()} program is shape-polymorphic")
     funcs = _functions(module)
     for op in module.body.operations:
         op = op.operation
         if op.name != "func.func":
-            raise ProgramMismatch(f"the {platform.upper()} program has a top-level `{op.name}`; only functions are allowed")
+            raise ProgramMismatch(f"the {platform.upper()} program has a top-level `{op.name}`; only functions are "
+                                  f"allowed")
     main = funcs.get("main")
     if main is None:
         raise ProgramMismatch(f"the {platform.upper()} program has no `main` function")
@@ -294,6 +294,9 @@ def _check_module_ops(module, platform: str) -> None:
         if "jax.global_constant" in arg_attrs or "_platform_index" in arg_attrs:
             raise ProgramMismatch(f"the {platform.upper()} program's main takes a platform-index (or other global "
                                   f"constant) argument: multi-platform programs run different code per platform")
+    attrs = module.operation.attributes
+    if "jax.uses_shape_polymorphism" in attrs and str(attrs["jax.uses_shape_polymorphism"]) != "false":
+        raise ProgramMismatch(f"the {platform.upper()} program is shape-polymorphic")
     for fname, fop in funcs.items():
         if "!stablehlo.token" in str(fop.attributes["function_type"]):
             raise ProgramMismatch(f"function `{fname}` of the {platform.upper()} program passes tokens: side effects "
@@ -460,6 +463,7 @@ def _is_int(v) -> bool:
 
 MAX_OFFSET = 8  # |b| in c = a*C + b: small constant offsets (n - 1, a conv tap's 2*W + 2)
 MAX_TAP = 8  # a1, a2 in two-term offsets a1*C1 + a2*C2 + b (a 3-D conv tap's 2*H*W + 2*W + 2)
+MAX_PERIOD = 4096  # ops in one iteration of an unrolled loop
 MAX_FACTORS = 3  # dimensions in a size value d1 * d2 * d3 (an element count)
 MAX_SHIFT = 4  # k in a factor d +- k (a VALID convolution's output size, a padded size, n - 1)
 MAX_TAP_FIXED = 4  # a in an offset a * (u +- k): a conv tap's row offset over a width u that does not change
@@ -788,6 +792,9 @@ PAD_OPS = frozenset({"stablehlo.pad"})
 # if they start at 0 with stride 1 and, at the size they are absent, would take everything.
 SLICE_OPS = frozenset({"stablehlo.slice", "stablehlo.dynamic_slice", "vector.extract_strided_slice"})
 CONSTANT_OPS = frozenset({"stablehlo.constant", "arith.constant"})
+# Ops that take a part of their first operand, axis by axis.
+PART_OPS = frozenset({"stablehlo.slice", "stablehlo.dynamic_slice", "vector.extract_strided_slice", "vector.load",
+                      "tpu.strided_load", "tpu.load", "tpu.memref_slice"})
 # Scalar integer arithmetic the full-size program may have where the check size has its
 # result as a constant: at a size where a grid axis has one step, its index is 0, and code
 # specialized for that size folds ``s * block`` to 0.
@@ -926,7 +933,10 @@ class _Pair:
         xa, xb = _dense_values(va), _dense_values(vb)
         if xa is None or xb is None:
             raise _Diff(f"the constant `{key}` differs between the sizes")
-        if shape_a != shape_b or va.is_splat != vb.is_splat:
+        if shape_a == shape_b and va.is_splat != vb.is_splat:  # the same table, one of them uniform
+            size = max(xa.size, xb.size)
+            xa, xb = np.resize(xa, size), np.resize(xb, size)
+        if shape_a != shape_b:
             # A table computed from the sizes (a mask of valid positions): which values it
             # holds can be compared, not where.
             missing = np.setdiff1d(np.unique(xa), np.unique(xb))
@@ -966,7 +976,8 @@ def _dense_values(attr):
     dtype = _np_dtype(element)
     if m and dtype is not None:
         return np.frombuffer(bytes.fromhex(m.group(1)), dtype=dtype).astype(np.float64)
-    values = [_float_value(t) for t in re.findall(r"-?\d+\.\d*(?:e[+-]?\d+)?|0x[0-9A-F]+|-?\d+", str(attr).split(":")[0])]
+    texts = re.findall(r"-?\d+\.\d*(?:e[+-]?\d+)?|0x[0-9A-F]+|-?\d+", str(attr).split(":")[0])
+    values = [_float_value(t) for t in texts]
     return None if any(v is None for v in values) else np.array(values, dtype=np.float64)
 
 
@@ -1004,7 +1015,7 @@ class _Body:
             if len(A) != len(B):
                 self.extra(A, B)
             return
-        for tag, i1, i2, j1, j2 in _place(_align(A, B), A, B):
+        for tag, i1, i2, j1, j2 in _place(self._split(_align(A, B)), A, B):
             if tag == "equal":
                 for x, y in zip(A[i1:i2], B[j1:j2]):
                     self.match(x, y)
@@ -1019,6 +1030,31 @@ class _Body:
                 if why not in (None, "no loop"):
                     self.fail(B[j1], why)
                 self.explain(A[i1:i2], B[j1:j2])
+
+    def _split(self, ops: list) -> list:
+        """An insertion that starts by repeating the ops before it (a loop's extra
+        iterations) and goes on with something else (the first extra iterations of the next
+        loop, aligned at its end by ``_place``) is split in two."""
+        out = []
+        for op in ops:
+            tag, i1, i2, j1, j2 = op
+            if tag == "insert":
+                length = self._continuation(j1, j2)
+                if 0 < length < j2 - j1:
+                    out += [("insert", i1, i1, j1, j1 + length), ("insert", i1, i1, j1 + length, j2)]
+                    continue
+            out.append(op)
+        return out
+
+    def _continuation(self, j1: int, j2: int) -> int:
+        """How many of B[j1:j2] repeat, in whole periods, the ops just before j1."""
+        for p in range(1, min(j2 - j1, j1, MAX_PERIOD) + 1):
+            if all(self._repeats(t, p) for t in range(j1, j1 + p)):
+                end = j1 + p
+                while end + p <= j2 and all(self._repeats(t, p) for t in range(end, end + p)):
+                    end += p
+                return end - j1
+        return 0
 
     # --- matching ---
 
@@ -1039,8 +1075,23 @@ class _Body:
             self.fail(x, str(d))
         if x.kind == "op":
             self.pair.attrs(x.op, y.op, self.fname, x, kernel=self.kernel)
+            if x.name in PART_OPS and self.pair.kind == "size":
+                self.whole_stays_whole(x, y)
         for v, w in zip(x.results, y.results):
             self.link(v, w)
+
+    def whole_stays_whole(self, x: _Node, y: _Node) -> None:
+        """A slice or load that takes a whole axis of its operand at the check size takes no
+        less of it at full size: shapes are otherwise free, and a smaller part read where the
+        check size reads everything is less work than the program that was checked."""
+        (sa, ra), (sb, rb) = (_dims_of(self.fa.value_type[x.operands[0]]), _dims_of(x.types[0]) if x.types else []), \
+            (_dims_of(self.fb.value_type[y.operands[0]]), _dims_of(y.types[0]) if y.types else [])
+        if not (sa and ra and sb and rb) or not (len(sa[0]) == len(ra[0]) == len(sb[0]) == len(rb[0])):
+            return
+        for d, (s_c, r_c, s_f, r_f) in enumerate(zip(sa[0], ra[0], sb[0], rb[0])):
+            if r_c == s_c and r_f < r_c:
+                self.fail(x, f"at the check size it takes all {s_c} of its operand's axis {d}, but at full size only "
+                             f"{r_f} of {s_f}: less read where the check size reads everything")
 
     def same_constant(self, v: int, w: int, user: _Node, k: int) -> bool:
         """Operand ``k`` of ``user``: constants the programs share (MLIR merges equal
@@ -1138,7 +1189,8 @@ class _Body:
         for k in ("start_indices", "offsets"):
             if k in attrs and any(int(x) != 0 for x in re.findall(r"-?\d+", str(attrs[k]).split(":", 1)[-1])):
                 return False
-        if "strides" in attrs and any(int(x) != 1 for x in re.findall(r"-?\d+", str(attrs["strides"]).split(":", 1)[-1])):
+        strides = re.findall(r"-?\d+", str(attrs["strides"]).split(":", 1)[-1]) if "strides" in attrs else []
+        if any(int(x) != 1 for x in strides):
             return False
         own = self.fa if side == "A" else self.fb
         other = self.fb if side == "A" else self.fa
@@ -1305,11 +1357,15 @@ def _place(ops: list, A: list, B: list) -> list:
     code after the loop) wins; ties go right (the extra iterations come last).
     """
     out = list(ops)
-    for k in range(1, len(out) - 1):
+    k = 0
+    while k < len(out) - 1:
         tag, i1, i2, j1, j2 = out[k]
-        prev, nxt = out[k - 1], out[k + 1]
-        if tag != "insert" or prev[0] != "equal" or nxt[0] != "equal" or prev[2] != i1 or nxt[1] != i1:
+        nxt = out[k + 1]
+        if tag != "insert" or nxt[0] != "equal" or nxt[1] != i1 or nxt[3] != j2:
+            k += 1
             continue
+        prev = out[k - 1] if k else None
+        can_left = prev is not None and prev[0] == "equal" and prev[2] == i1 and prev[4] == j1
         best, score, best_score = 0, 0, 0
         t = 0  # right: A[i1 + t] pairs with B[j1 + t] instead of B[j2 + t]
         while i1 + t < nxt[2] and j2 + t < len(B) and B[j1 + t].key == B[j2 + t].key:
@@ -1318,16 +1374,23 @@ def _place(ops: list, A: list, B: list) -> list:
             if score >= best_score:
                 best, best_score = t, score
         score, t = 0, 0  # left: A[i1 - 1 - t] pairs with B[j2 - 1 - t] instead of B[j1 - 1 - t]
-        while i1 - 1 - t >= prev[1] and j1 - 1 - t >= 0 and B[j1 - 1 - t].key == B[j2 - 1 - t].key:
+        while can_left and i1 - 1 - t >= prev[1] and j1 - 1 - t >= 0 and B[j1 - 1 - t].key == B[j2 - 1 - t].key:
             score += _exact(A[i1 - 1 - t], B[j2 - 1 - t]) - _exact(A[i1 - 1 - t], B[j1 - 1 - t])
             t += 1
             if score > best_score:
                 best, best_score = -t, score
-        if best:
-            a, b = i1 + best, best
-            out[k - 1] = ("equal", prev[1], a, prev[3], prev[4] + b) if best > 0 else ("equal", prev[1], a, prev[3], j1 + b)
-            out[k] = ("insert", a, a, j1 + b, j2 + b)
-            out[k + 1] = ("equal", a, nxt[2], j2 + b, nxt[4])
+        if best > 0:  # the next run's first pairs now align with the insertion's first ops
+            out[k:k + 2] = [("equal", i1, i1 + best, j1, j1 + best),
+                            ("insert", i1 + best, i1 + best, j1 + best, j2 + best),
+                            ("equal", i1 + best, nxt[2], j2 + best, nxt[4])]
+            k += 2
+        elif best < 0:  # the previous run's last pairs now align with the insertion's last ops
+            out[k - 1:k + 1] = [("equal", prev[1], i1 + best, prev[3], j1 + best),
+                                ("insert", i1 + best, i1 + best, j1 + best, j2 + best),
+                                ("equal", i1 + best, i1, j2 + best, j2)]
+            k += 2
+        else:
+            k += 1
     return [o for o in out if o[0] != "equal" or o[2] > o[1]]
 
 
@@ -1511,17 +1574,14 @@ def _top_k_reference(op, platform: str):
 
 
 def _np_dtype(mlir_type: str):
-    import ml_dtypes  # noqa: F401 - registers bfloat16 with numpy
+    import ml_dtypes
     import numpy as np
 
-    table = {"bf16": "bfloat16", "f16": "float16", "f32": "float32", "f64": "float64", "i8": "int8", "i16": "int16",
-             "i32": "int32", "i64": "int64", "ui8": "uint8", "ui32": "uint32"}
-    name = table.get(mlir_type)
-    if name is None:
-        return None
-    import ml_dtypes as mld
-
-    return mld.bfloat16 if name == "bfloat16" else np.dtype(name)
+    table = {"f16": "float16", "f32": "float32", "f64": "float64", "i8": "int8", "i16": "int16", "i32": "int32",
+             "i64": "int64", "ui8": "uint8", "ui32": "uint32"}
+    if mlir_type == "bf16":
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(table[mlir_type]) if mlir_type in table else None
 
 
 # --- the entry point -------------------------------------------------------------------------------

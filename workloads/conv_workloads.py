@@ -5,6 +5,13 @@ N*0.02 keyed as the entry says), its plain-JAX reference (NCHW/OIHW, stride 1 VA
 default precision) and its template snippet: SCHEDULE defaults, the epilogue fused into the
 family's im2col-matmul kernel (``conv_family``) and the ``workload`` glue.
 
+Inputs at the check's seeds (never 0): structured by ``kernelbench``'s shared rules, with
+the images' rows the (sample, channel) pairs and the positions their columns (``IMAGE``):
+per-image and per-position means and scales, spatial patterns shared across images (the
+low-rank part) and hot pixels (outliers); the weights' rows are their output channels
+(``row_axes=1``); biases at ``kernelbench.BIAS_SCALE``; the spec's constant norm
+parameters around 1 and 0.
+
 Check sizes keep the channels and kernel (so the contraction, and the output scale, are the
 full-size ones) and shrink batch and spatial extent so the interpret-mode grid stays small
 (a few steps per sample); the template pads the output positions to its S block, so every
@@ -18,9 +25,11 @@ import jax.numpy as jnp
 from jax import lax
 
 from .conv_family import ConvWorkload, conv
-from .kernelbench import K0, K42, KB, keys, normal, uniform
+from .kernelbench import K0, K42, KB, bias, constant, keys, normal, side_key, uniform
 
 EPS = 1e-5
+IMAGE = {"row_axes": 2}  # structured images: rows (sample, channel), columns the positions
+WEIGHT = {"row_axes": 1}  # structured conv weights: rows the output channels
 
 
 def channel(v, nd):
@@ -63,10 +72,11 @@ def workload(x, w, conv_bias, bias):
     def make_inputs(self, config, seed):
         c, dt = config, self.dt(config)
         k = c["kernel_size"]
-        x = uniform(keys(K0, 2, seed)[0], (c["batch_size"], c["in_channels"], c["height"], c["width"]), dt)
+        x = uniform(keys(K0, 2, seed)[0], (c["batch_size"], c["in_channels"], c["height"], c["width"]), dt, seed,
+                    **IMAGE)
         kw, kcb, kb = keys(KB, 3, seed)
-        w = normal(kw, (c["out_channels"], c["in_channels"], k, k), dt)
-        return x, w, normal(kcb, (c["out_channels"],), dt), normal(kb, (c["out_channels"], 1, 1), dt)
+        w = normal(kw, (c["out_channels"], c["in_channels"], k, k), dt, seed=seed, **WEIGHT)
+        return x, w, bias(kcb, (c["out_channels"],), dt, seed), bias(kb, (c["out_channels"], 1, 1), dt, seed)
 
     def reference(self, config, x, w, conv_bias, bias):
         return jax.nn.relu(conv(x, w) + channel(conv_bias, 2)) + bias
@@ -126,10 +136,12 @@ def workload(x, w, conv_bias, in_weight, in_bias):
     def make_inputs(self, config, seed):
         c, dt = config, self.dt(config)
         k, co = c["kernel_size"], c["out_channels"]
-        x = uniform(jax.random.key(K0 + seed), (c["batch_size"], c["in_channels"], c["height"], c["width"]), dt)
+        x = uniform(jax.random.key(K0 + seed), (c["batch_size"], c["in_channels"], c["height"], c["width"]), dt,
+                    seed, **IMAGE)
         kw, kcb = keys(KB, 2, seed)
-        w = normal(kw, (co, c["in_channels"], k, k), dt)
-        return x, w, normal(kcb, (co,), dt), jnp.ones((co,), dt), jnp.zeros((co,), dt)
+        w = normal(kw, (co, c["in_channels"], k, k), dt, seed=seed, **WEIGHT)
+        return (x, w, bias(kcb, (co,), dt, seed), constant("ones", (co,), dt, seed, side_key(KB, seed, "in_weight")),
+                constant("zeros", (co,), dt, seed, side_key(KB, seed, "in_bias")))
 
     def reference(self, config, x, w, conv_bias, in_weight, in_bias):
         y = conv(x, w) + channel(conv_bias, 2)
@@ -203,12 +215,12 @@ def workload(x, w, conv_bias, gamma, beta):
         c, dt = config, self.dt(config)
         k, co, n = c["kernel_size"], c["out_channels"], c["batch_size"]
         kx = jax.random.key(K0 + seed)
-        x = uniform(kx, (n, c["in_channels"], c["depth"], c["height"], c["width"]), dt)
+        x = uniform(kx, (n, c["in_channels"], c["depth"], c["height"], c["width"]), dt, seed, **IMAGE)
         scale = jax.random.uniform(jax.random.fold_in(kx, 1), (n, 1, 1, 1, 1), dt, 0.2, 2.0)
         kw, kcb, kbeta = keys(K42, 3, seed)
-        w = normal(kw, (co, c["in_channels"], k, k, k), dt)
-        gamma = normal(jax.random.fold_in(jax.random.key(K42 + seed), 3), (co,), dt, scale=1.0)
-        return x * scale, w, normal(kcb, (co,), dt), gamma, normal(kbeta, (co,), dt)
+        w = normal(kw, (co, c["in_channels"], k, k, k), dt, seed=seed, **WEIGHT)
+        gamma = bias(jax.random.fold_in(jax.random.key(K42 + seed), 3), (co,), dt, seed, scale=1.0)
+        return x * scale, w, bias(kcb, (co,), dt, seed), gamma, bias(kbeta, (co,), dt, seed)
 
     def reference(self, config, x, w, conv_bias, gamma, beta):
         y = conv(x, w) + channel(conv_bias, 3)
@@ -316,9 +328,10 @@ def workload(x, w, conv_bias, ln_weight, ln_bias):
         c, dt = config, self.dt(config)
         k, co = c["kernel_size"], c["out_channels"]
         kx, kw = keys(K0, 2, seed)
-        x = uniform(kx, (c["batch_size"], c["in_channels"], c["depth"], c["height"], c["width"]), dt)
-        w = normal(kw, (c["in_channels"], co, k, k, k), dt, scale=1.0)
-        return x, w, jnp.zeros((co,), dt), jnp.ones((co,), dt), jnp.zeros((co,), dt)
+        x = uniform(kx, (c["batch_size"], c["in_channels"], c["depth"], c["height"], c["width"]), dt, seed, **IMAGE)
+        w = normal(kw, (c["in_channels"], co, k, k, k), dt, scale=1.0, seed=seed, **WEIGHT)  # rows: input channels
+        return (x, w, *(constant(init, (co,), dt, seed, side_key(K0, seed, name)) for init, name in
+                        (("zeros", "conv_bias"), ("ones", "ln_weight"), ("zeros", "ln_bias"))))
 
     def reference(self, config, x, w, conv_bias, ln_weight, ln_bias):
         k, s, p = config["kernel_size"], config["stride"], config["padding"]
@@ -368,9 +381,9 @@ def workload(x, w, b):
         c, dt = config, self.dt(config)
         k, co = c["kernel_size"], c["out_channels"]
         x = uniform(jax.random.key(K0 + seed), (c["batch_size"], c["in_channels"], c["depth"], c["height"],
-                                               c["width"]), dt)
+                                               c["width"]), dt, seed, **IMAGE)
         kw, kb = keys(KB, 2, seed)
-        return x, normal(kw, (co, c["in_channels"], k, k, k), dt), normal(kb, (co,), dt)
+        return x, normal(kw, (co, c["in_channels"], k, k, k), dt, seed=seed, **WEIGHT), bias(kb, (co,), dt, seed)
 
     def reference(self, config, x, w, b):
         v = conv(x, w) + channel(b, 3)
@@ -429,9 +442,10 @@ def workload(x, w, conv_bias, bn_weight, bn_bias):
         c, dt = config, self.dt(config)
         k, co = c["kernel_size"], c["out_channels"]
         kx, kw, kb = keys(K0, 3, seed)
-        x = uniform(kx, (c["batch_size"], c["in_channels"], c["height"], c["width"]), dt)
-        w = normal(kw, (co, c["in_channels"], k, k), dt, scale=1.0)
-        return x, w, normal(kb, (co,), dt, scale=1.0), jnp.ones((co,), dt), jnp.zeros((co,), dt)
+        x = uniform(kx, (c["batch_size"], c["in_channels"], c["height"], c["width"]), dt, seed, **IMAGE)
+        w = normal(kw, (co, c["in_channels"], k, k), dt, scale=1.0, seed=seed, **WEIGHT)
+        return (x, w, bias(kb, (co,), dt, seed, scale=1.0), constant("ones", (co,), dt, seed, side_key(K0, seed, "bn_weight")),
+                constant("zeros", (co,), dt, seed, side_key(K0, seed, "bn_bias")))
 
     def reference(self, config, x, w, conv_bias, bn_weight, bn_bias):
         y = mish(conv(x, w) + channel(conv_bias, 2))
@@ -478,9 +492,10 @@ def workload(x, w, b):
     def make_inputs(self, config, seed):
         c, dt = config, self.dt(config)
         k, co = c["kernel_size"], c["out_channels"]
-        x = uniform(jax.random.key(K0 + seed), (c["batch_size"], c["in_channels"], c["height"], c["width"]), dt)
+        x = uniform(jax.random.key(K0 + seed), (c["batch_size"], c["in_channels"], c["height"], c["width"]), dt,
+                    seed, **IMAGE)
         kw, kb = keys(KB, 2, seed)
-        return x, normal(kw, (co, c["in_channels"], k, k), dt), normal(kb, (co,), dt)
+        return x, normal(kw, (co, c["in_channels"], k, k), dt, seed=seed, **WEIGHT), bias(kb, (co,), dt, seed)
 
     def reference(self, config, x, w, b):
         return jnp.mean(jax.nn.gelu(conv(x, w) + channel(b, 2)), axis=(2, 3))
@@ -543,10 +558,12 @@ def workload(x, w, conv_bias, gn_weight, gn_bias):
     def make_inputs(self, config, seed):
         c, dt = config, self.dt(config)
         k, co = c["kernel_size"], c["out_channels"]
-        x = uniform(jax.random.key(K0 + seed), (c["batch_size"], c["in_channels"], c["height"], c["width"]), dt)
+        x = uniform(jax.random.key(K0 + seed), (c["batch_size"], c["in_channels"], c["height"], c["width"]), dt,
+                    seed, **IMAGE)
         kw, kcb = keys(K42, 2, seed)
-        w = normal(kw, (co, c["in_channels"], k, k), dt)
-        return x, w, normal(kcb, (co,), dt), jnp.ones((co,), dt), jnp.zeros((co,), dt)
+        w = normal(kw, (co, c["in_channels"], k, k), dt, seed=seed, **WEIGHT)
+        return (x, w, bias(kcb, (co,), dt, seed), constant("ones", (co,), dt, seed, side_key(K42, seed, "gn_weight")),
+                constant("zeros", (co,), dt, seed, side_key(K42, seed, "gn_bias")))
 
     def reference(self, config, x, w, conv_bias, gn_weight, gn_bias):
         c = conv(x, w) + channel(conv_bias, 2)

@@ -9,6 +9,12 @@ module an agent can edit.
 Epilogues that need whole rows (softmax, row reductions, a norm over all features) set
 ``whole_rows``: their space has no block_n, the kernel keeps N whole.
 
+Inputs: each param's ``init`` and key as the spec draws them at seed 0; the check's seeds
+draw them structured (``kernelbench``'s shared rules): x (and 26k's y) structured around
+U[0,1)'s mean, weights with scales, low rank and outliers but no means, biases (normal
+params without a fan-in) at ``kernelbench.BIAS_SCALE``, and the constant ones and zeros
+(norm weights and biases, running means and variances) drawn around 1 and 0.
+
 Check size: M and the contraction shrink (512 rows, K=1024), N keeps its full size, so
 row reductions, softmax and group norms see full-length rows. Weights are rescaled by
 sqrt(K_full / K) (``kernelbench.fan_in_scale``) so activations keep their full-size spread.
@@ -46,7 +52,8 @@ class Param:
     """One input: its shape (config keys or literal ints), how it is drawn, and its key.
 
     init: "uniform" U[0,1); "normal" N*scale (0.02 as the spec draws weights); "unit" N(0,1)
-    unscaled; "ones"; "zeros".
+    unscaled; "ones"; "zeros". A normal or unit param with a ``fan_in`` is a weight, one
+    without a bias (what the check's seeds draw for each: ``kernelbench``).
     Random params sharing a base key take ``split(key(base + seed), n)`` in declaration
     order (the key itself when n = 1). ``fan_in`` names a weight's contraction key.
     """
@@ -99,18 +106,18 @@ class MatmulWorkload(kb.KernelBenchWorkload):
         for base, members in groups.items():
             ks = kb.keys(base, len(members), seed) if len(members) > 1 else [jax.random.key(base + seed)]
             key_of.update({p.name: k for p, k in zip(members, ks)})
-        return tuple(self._draw(p, config, dt, key_of.get(p.name)) for p in self.params)
+        return tuple(self._draw(p, config, dt, key_of.get(p.name), seed) for p in self.params)
 
-    def _draw(self, p: Param, config, dt, key):
+    def _draw(self, p: Param, config, dt, key, seed):
         shape = tuple(config[d] if isinstance(d, str) else d for d in p.shape)
         if p.init == "uniform":
-            return kb.uniform(key, shape, dt)
+            return kb.uniform(key, shape, dt, seed)
         if p.init in ("ones", "zeros"):
-            return (jnp.ones if p.init == "ones" else jnp.zeros)(shape, dt)
+            return kb.constant(p.init, shape, dt, seed, kb.side_key(p.key, seed, p.name) if seed else None)
         scale = p.scale if p.init == "normal" else 1.0
-        if p.fan_in:
-            scale *= kb.fan_in_scale(config, self.defaults, p.fan_in)
-        return kb.normal(key, shape, dt, scale)
+        if not p.fan_in:
+            return kb.bias(key, shape, dt, seed, scale)
+        return kb.normal(key, shape, dt, scale * kb.fan_in_scale(config, self.defaults, p.fan_in), seed)
 
     def validate_shapes(self, config):
         if self.group_key and config[self.n_key] % config[self.group_key]:

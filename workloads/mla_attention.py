@@ -46,6 +46,8 @@ from .base import (
 )
 
 BLOCKS = (128, 256, 512, 1024, 2048)
+# The root-mean-square of x at seeds other than 0 (see the docstring).
+STRUCTURED_X_SCALE = 0.6
 
 
 def rope_tables(seq_len, rope_dim, theta, dtype):
@@ -96,7 +98,7 @@ class MLAAttention(Workload):
         def weight(k, shape, fan_in_key):
             return seeded_normal(k, shape, dt, seed, scale=self.weight_scale(config, fan_in_key), **WEIGHT_STRUCTURE)
 
-        x = seeded_normal(keys[0], (B, S, E), dt, seed)
+        x = seeded_normal(keys[0], (B, S, E), dt, seed, scale=1.0 if seed == 0 else STRUCTURED_X_SCALE)
         q_down = weight(keys[1], (E, ql), "emb_dim")
         q_up = weight(keys[2], (ql, H * (nope + rope)), "q_lora_rank")
         kv_down = weight(keys[3], (E, kvl + rope), "emb_dim")

@@ -44,10 +44,12 @@ import jax.numpy as jnp
 from .base import (
     Knob,
     ScheduleSpace,
+    QK_STRUCTURE,
     Workload,
     indivisible,
     over_vmem,
     require_positive_ints,
+    seeded_normal,
     tile_bytes,
 )
 
@@ -104,14 +106,18 @@ class PagedAttention(Workload):
         hkv, d = config["num_kv_heads"], config["head_dim"]
         total = n * pps
         keys = jax.random.split(jax.random.key(42 + seed), 5)
-        queries = jax.random.normal(keys[0], (n, config["num_query_heads"], d), dt)
-        k_pages = jax.random.normal(keys[1], (total, ps, hkv, d), dt)
-        v_pages = jax.random.normal(keys[2], (total, ps, hkv, d), dt)
+        queries = seeded_normal(keys[0], (n, config["num_query_heads"], d), dt, seed, **QK_STRUCTURE)
+        k_pages = seeded_normal(keys[1], (total, ps, hkv, d), dt, seed, **QK_STRUCTURE)
+        v_pages = seeded_normal(keys[2], (total, ps, hkv, d), dt, seed)
         if seed == 0:
             kv_lens = jnp.full((n,), config["max_seq_len"], jnp.int32)
             page_indices = jnp.arange(total, dtype=jnp.int32).reshape(n, pps)
         else:
-            kv_lens = jax.random.randint(keys[3], (n,), 1, config["max_seq_len"] + 1, jnp.int32)
+            k_len, k_short, k_which = jax.random.split(keys[3], 3)
+            kv_lens = jax.random.randint(k_len, (n,), 1, config["max_seq_len"] + 1, jnp.int32)
+            full, short = jax.random.choice(k_which, n, (2,), replace=n < 2)  # one full table, one short
+            kv_lens = kv_lens.at[full].set(config["max_seq_len"])
+            kv_lens = kv_lens.at[short].set(jax.random.randint(k_short, (), 1, ps + 1, jnp.int32))
             page_indices = jax.random.permutation(keys[4], total, independent=True).astype(jnp.int32).reshape(n, pps)
         cu_q_lens = jnp.arange(n + 1, dtype=jnp.int32)
         return queries, k_pages, v_pages, kv_lens, page_indices, cu_q_lens

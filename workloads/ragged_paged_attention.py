@@ -56,10 +56,12 @@ import numpy as np
 from .base import (
     Knob,
     ScheduleSpace,
+    QK_STRUCTURE,
     Workload,
     indivisible,
     over_vmem,
     require_positive_ints,
+    seeded_normal,
     tile_bytes,
 )
 
@@ -80,6 +82,28 @@ def scenario(config) -> tuple[list[int], list[int]]:
     kv_lens = ([max_kv // 16 + 1 + ((73 * i) % span) * page for i in range(n_decode)]
                + [min((j + 2) * chunk, max_kv) - 1 for j in range(n_prefill)])
     return q_lens, kv_lens
+
+
+def random_scenario(config, key) -> tuple[list[int], list[int]]:
+    """(q_lens, kv_lens) of a random batch: from max_num_seqs/2 to all slots active, each a
+    decode (q_len 1, probability 0.6), a prefill chunk (0.3) or a sequence with no query
+    tokens this step (0.1); the chunks share what the decodes leave of the token budget at
+    random (together 60-100% of it), and every kv_len is uniform in [max(q_len, 1), max_kv]."""
+    slots, tokens = config["max_num_seqs"], config["max_num_batched_tokens"]
+    max_kv = config["pages_per_seq"] * config["page_size"]
+    rng = np.random.default_rng(np.asarray(jax.random.key_data(key)).tolist())
+    active = int(rng.integers(slots // 2, slots + 1))
+    kind = rng.choice(3, active, p=[0.6, 0.3, 0.1])  # decode, prefill, no queries
+    q_lens = np.where(kind == 0, 1, 0)
+    chunks = np.flatnonzero(kind == 1)
+    if len(chunks):
+        budget = (tokens - q_lens.sum()) * rng.uniform(0.6, 1.0)
+        q_lens[chunks] = np.maximum(1, np.floor(rng.dirichlet(np.ones(len(chunks))) * budget)).astype(int)
+    q_lens = np.minimum(q_lens, max_kv)
+    while q_lens.sum() > tokens:  # chunks of at least 1 token can overrun a tight budget
+        q_lens[np.argmax(q_lens)] -= 1
+    kv_lens = [int(rng.integers(max(q, 1), max_kv + 1)) for q in q_lens]
+    return [int(q) for q in q_lens], kv_lens
 
 
 class RaggedPagedAttention(Workload):
@@ -138,12 +162,12 @@ class RaggedPagedAttention(Workload):
         slots, pps = config["max_num_seqs"], config["pages_per_seq"]
         total = slots * pps
         k1, k2, k3 = jax.random.split(jax.random.key(42 + seed), 3)
-        queries = jax.random.normal(k1, (config["max_num_batched_tokens"], config["num_q_heads"], config["head_dim"]),
-                                    dt)
-        kv_pages = jax.random.normal(k2, (total, config["page_size"], 2 * config["num_kv_heads"], config["head_dim"]),
-                                     dt)
+        queries = seeded_normal(k1, (config["max_num_batched_tokens"], config["num_q_heads"], config["head_dim"]),
+                                dt, seed, **QK_STRUCTURE)
+        kv_pages = seeded_normal(k2, (total, config["page_size"], 2 * config["num_kv_heads"], config["head_dim"]),
+                                 dt, seed, **QK_STRUCTURE)
         page_indices = jax.random.permutation(k3, total, independent=True).astype(jnp.int32).reshape(slots, pps)
-        q_lens, kv_lens = scenario(config)
+        q_lens, kv_lens = scenario(config) if seed == 0 else random_scenario(config, jax.random.fold_in(k3, 1))
         active = len(q_lens)
         kv = jnp.asarray(kv_lens + [0] * (slots - active), jnp.int32)
         cu = np.concatenate([[0], np.cumsum(q_lens)])

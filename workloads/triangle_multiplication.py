@@ -33,10 +33,12 @@ import jax.numpy as jnp
 from .base import (
     Knob,
     ScheduleSpace,
+    WEIGHT_STRUCTURE,
     Workload,
     indivisible,
     over_vmem,
     require_positive_ints,
+    seeded_normal,
     tile_bytes,
 )
 
@@ -84,13 +86,18 @@ class TriangleMultiplication(Workload):
         dt = self.dtype(config)
         n, c = config["N"], config["C"]
         keys = jax.random.split(jax.random.key(42 + seed), 9)
-        pair_act = jax.random.normal(keys[0], (n, n, c), dt)
-        mask = jnp.ones((n, n, 1), dt)
-        left_proj, right_proj, left_gate, right_gate = (jax.random.normal(keys[i], (c, c), dt) * 0.02
-                                                        for i in (1, 2, 3, 4))
-        center_scale = jax.random.normal(keys[5], (c,), dt) * 0.1 + 1.0
-        out_proj = jax.random.normal(keys[6], (c, c), dt) * 0.02
-        out_gate = jax.random.normal(keys[7], (c, c), dt) * 0.02
+        pair_act = seeded_normal(keys[0], (n, n, c), dt, seed)
+        if seed == 0:
+            mask = jnp.ones((n, n, 1), dt)
+        else:  # padded residues (15%) mask their rows and columns, and 5% of the other pairs
+            k_residue, k_pair = jax.random.split(keys[8], 2)
+            valid = jax.random.bernoulli(k_residue, 0.85, (n,))
+            mask = (valid[:, None] & valid[None, :] & jax.random.bernoulli(k_pair, 0.95, (n, n)))[..., None].astype(dt)
+        left_proj, right_proj, left_gate, right_gate = (
+            seeded_normal(keys[i], (c, c), dt, seed, scale=0.02, **WEIGHT_STRUCTURE) for i in (1, 2, 3, 4))
+        center_scale = seeded_normal(keys[5], (c,), dt, seed, scale=0.1, offset=1.0)
+        out_proj = seeded_normal(keys[6], (c, c), dt, seed, scale=0.02, **WEIGHT_STRUCTURE)
+        out_gate = seeded_normal(keys[7], (c, c), dt, seed, scale=0.02, **WEIGHT_STRUCTURE)
         return pair_act, mask, left_proj, right_proj, left_gate, right_gate, center_scale, out_proj, out_gate
 
     def reference(self, config, pair_act, mask, left_proj, right_proj, left_gate, right_gate, center_scale,
