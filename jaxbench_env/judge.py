@@ -366,8 +366,9 @@ def baseline(request: Mapping[str, Any]) -> dict:
     return _run(_empty_result(), body)
 
 
-def verify_request(wl, request) -> tuple[dict, dict]:
-    """The candidate's programs, read and verified; and the check config of its rung."""
+def verify_request(wl, request) -> tuple[dict, dict, list[str]]:
+    """The candidate's programs, read and verified; the check config of its rung; and the
+    caveats of a check at that rung."""
     rungs = wl.check_rungs()
     rung = request.get("rung")
     if not isinstance(rung, int) or isinstance(rung, bool) or not 0 <= rung < len(rungs):
@@ -387,15 +388,22 @@ def verify_request(wl, request) -> tuple[dict, dict]:
                          check_config)
     except ProgramMismatch as e:
         raise SizeBoundary(str(e)) from None
-    single_step_axes(programs["check_tpu"], programs["full_tpu"])
+    caveats = []
+    if not request.get("compile_only"):
+        single = single_step_axes(programs["check_tpu"], programs["full_tpu"])
+        if single and rung + 1 < len(rungs):
+            raise SizeBoundary(single)  # a check that proves too little: climb
+        if single:
+            caveats.append(f"{single} at the largest affordable check size: what happens between its "
+                           "steps is not checked")
     guard_vmem(programs["full_tpu"])
-    return programs, check_config
+    return programs, check_config, caveats
 
 
-def single_step_axes(check, full) -> None:
+def single_step_axes(check, full) -> str | None:
     """A grid axis with one step at the check size and several at full size hides what
     happens between steps (a kernel that skips all but the last k-step computes the same
-    there): such a check proves too little, so it moves up the ladder."""
+    there): the first such axis, described, or None."""
     from jaxbench_env.sim import mosaic
 
     pairs = zip(mosaic.stablehlo_custom_calls(check.mlir_module()), mosaic.stablehlo_custom_calls(full.mlir_module()))
@@ -403,8 +411,9 @@ def single_step_axes(check, full) -> None:
         small, big = mosaic.parse_kernel(c).iteration_bounds, mosaic.parse_kernel(f).iteration_bounds
         for axis, (a, b) in enumerate(zip(small, big)):
             if a == 1 and (b is None or b > 1):
-                raise SizeBoundary(f"kernel {n}'s grid axis {axis} has one step at the check size and "
-                                   f"{'a run-time number' if b is None else b} at full size")
+                return (f"kernel {n}'s grid axis {axis} has one step at the check size and "
+                        f"{'a run-time number' if b is None else b} at full size")
+    return None
 
 
 def judge(request: Mapping[str, Any]) -> dict:
@@ -416,7 +425,9 @@ def judge(request: Mapping[str, Any]) -> dict:
 
     def body(result):
         result["details"]["check_rung"] = request.get("rung")
-        programs, check_config = _timed(result, "verify", verify_request, wl, request)
+        programs, check_config, caveats = _timed(result, "verify", verify_request, wl, request)
+        if caveats:
+            result["details"]["check_caveats"] = caveats
         result["details"]["check_size"] = wl.shrunk(check_config)  # what the check shrank
         full = programs["full_tpu"]
         if backend == "sim":  # compile first: the commonest failure, and cheaper than the check

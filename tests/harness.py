@@ -48,18 +48,25 @@ def schedule_id(schedule: dict) -> str:
 
 def judge_check(workload, source: str, schedule: dict) -> float:
     """Build ``source``'s programs as the sandbox would, then verify and check them as the
-    judge does (3 seeds at the check size); the max abs error, or AssertionError."""
+    judge does (3 seeds, climbing the check-size ladder as the evaluator does); the max abs
+    error, or AssertionError."""
     request = {"workload": workload.name, "config": workload.config, "source": source, "schedule": schedule,
                "backend": "sim"}
-    manifest, blobs = candidate_process.build_artifacts(request)
-    assert manifest["error"] is None, manifest["error"]
-    try:
-        programs, check_config = judge.verify_request(workload, {**request, "artifacts": blobs,
-                                                                 "rung": manifest["rung"]})
-        assert "check_cpu" in programs, manifest.get("interpret_error")
-        return judge.check_outputs(workload, programs["check_cpu"], check_config, TEST_SEEDS)
-    except judge.Rejected as e:
-        raise AssertionError(str(e)) from None
+    rung = 0
+    while True:
+        manifest, blobs = candidate_process.build_artifacts({**request, "min_rung": rung})
+        assert manifest["error"] is None, manifest["error"]
+        try:
+            programs, check_config, _ = judge.verify_request(workload, {**request, "artifacts": blobs,
+                                                                     "rung": manifest["rung"]})
+            assert "check_cpu" in programs, manifest.get("interpret_error")
+            return judge.check_outputs(workload, programs["check_cpu"], check_config, TEST_SEEDS)
+        except judge.SizeBoundary as e:
+            rung = manifest["rung"] + 1
+            if rung >= len(workload.check_rungs()):
+                raise AssertionError(str(e)) from None
+        except judge.Rejected as e:
+            raise AssertionError(str(e)) from None
 
 
 def assert_template_correct(workload, schedule: dict) -> None:

@@ -4,7 +4,7 @@ changed outside its own temporary directory, and the next honest candidate gets 
 reward as on a fresh environment.
 
 The gemm config is chosen so the check size (M=1024, K=1024, N=2048) is smaller than the
-full size: a candidate can tell the two apart by its inputs' shapes.
+full size (M=2048): a candidate can tell the two apart by its inputs' shapes.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pytest
 from jaxbench_env.candidate import Candidate
 from jaxbench_env.evaluation import Evaluator
 
-CONFIG = {"M": 2048, "K": 2048, "N": 4096}
+CONFIG = {"M": 2048, "K": 1024, "N": 2048}
 PENALTY = -1.0
 PRE = "import jax, jax.numpy as jnp\nfrom jax.experimental import pallas as pl\n"
 HONEST = PRE + "def workload(a, b):\n    return jnp.dot(a, b, preferred_element_type=jnp.float32).astype(a.dtype)\n"
@@ -192,7 +192,7 @@ def test_the_candidate_sees_no_secret_no_network_and_no_writable_tree(env, hones
         report = info["error"]
         assert SECRET not in report and "'secret': None" in report
         assert "'socket': 'connected'" not in report
-        assert "written" not in report
+        assert f"{str(project / 'pwned.txt')!r}: 'written'" not in report  # /tmp is its own, private
         with pytest.raises(OSError):
             server.accept()
         assert not (project / "pwned.txt").exists() and not marker.exists()
@@ -204,15 +204,21 @@ def test_the_candidate_sees_no_secret_no_network_and_no_writable_tree(env, hones
 
 
 @pytest.mark.parametrize("attack, fragment", [
-    ("os._exit(3)", "exit"),
-    ("os.killpg(0, signal.SIGKILL)", ""),
-    ("os.kill(os.getppid(), signal.SIGKILL)", ""),
+    ("os._exit(3)", "exited with code 3"),
     ("sys.setrecursionlimit(10**6)\ndef f(n): return f(n + 1)\nf(0)", ""),
-    ("x = bytearray(100 * 2**30)", ""),
+    ("x = bytearray(100 * 2**30)", "MemoryError"),
     ("while True: sys.stdout.write('x' * 2**20)", ""),
 ])
 def test_process_level_attacks_are_contained(env, honest_reward, attack, fragment):
     assert_penalized(env, "import os, signal, sys\n" + attack + "\n" + HONEST, fragment)
+    assert_next_honest_is_unaffected(env, honest_reward)
+
+
+@pytest.mark.parametrize("attack", ["os.killpg(0, signal.SIGKILL)", "os.kill(os.getppid(), signal.SIGKILL)"])
+def test_signals_reach_nothing_outside_the_candidate(env, honest_reward, attack):
+    # The candidate is the init of its own PID namespace: its group and "parent" are itself.
+    reward, info = step(env, "import os, signal\n" + attack + "\n" + HONEST)
+    assert info["correct"] and reward == pytest.approx(honest_reward), info["error"]
     assert_next_honest_is_unaffected(env, honest_reward)
 
 

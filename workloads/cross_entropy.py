@@ -11,15 +11,26 @@ Input fix (labels only; math, shapes and dtypes unchanged): JAXBench draws the l
 uniformly at random, independent of the logits, so the label term is pure noise: the mean
 over tokens of logit[label] is ~N(0, sigma^2/tokens) ~ 0.014 at full size, and a kernel
 that drops the label gather altogether (mean logsumexp) lands within 0.02 of the right
-loss, well inside the ~0.13 tolerance. Here each token's label is drawn from the model's
-own softmax (``jax.random.categorical`` on that token's logits, 128 tokens per key
+loss, well inside the ~0.13 tolerance. At seed 0 each token's label is drawn from the
+model's own softmax (``jax.random.categorical`` on that token's logits, 128 tokens per key
 ``split(key 3, batch_tokens // 128)``), as a calibrated model's data would be. Then
 E[logit[label]] ~ sigma^2 (the logits' variance, 1.64 at full size and 0.41 at check
 size), so the loss sits near ln(V) - sigma^2/2 and dropping the label term, or answering
 ln(V), misses by sigma^2 or sigma^2/2: 4.5x and 2.2x the tolerance at check size (0.41 and
-0.20 against 0.092), ~14x and ~7x at full size. A scalar output cannot
-reject a constant that happens to equal the loss; the seeds' losses differ by far less
-than the tolerance.
+0.20 against 0.092), ~14x and ~7x at full size. But that loss is then a function of the
+inputs' moments (ln V - sigma^2/2, sigma^2 from the norms of hidden and weight), which
+a kernel can return without the projection.
+
+The check's seeds (never 0) draw the labels uniformly over the vocabulary and move each
+hidden row along its label's weight column so that its label logit rises by U[0, 1.5 ln V]
+(``LABEL_BOOST``), as a trained model's hidden states point at their next token: the loss
+falls to ~3.1-3.6 at check size, the label is the argmax for ~55-80% of the tokens, and
+the moments' answer, ln(V), the mean logsumexp without the label term and the max logit in
+place of the label's all miss by 7x to 150x the tolerance. hidden is otherwise structured
+(per-token and per-feature means and scales, correlated tokens, outliers) and the weight has
+scales, low rank and outliers but no means (``WEIGHT_STRUCTURE``). A scalar output cannot
+reject a constant that happens to equal the loss; the check seeds' losses differ by up to
+~0.5, over 10x the tolerance.
 
 The template keeps a token block's whole hidden rows in VMEM, so hidden_dim is not tiled;
 the VMEM rule rejects blocks whose (block_t, hidden_dim) and (hidden_dim, block_v) tiles
@@ -31,6 +42,8 @@ logits' sigma^2 with it: see the input fix), to keep three seeds' projections ch
 """
 
 from __future__ import annotations
+
+import math
 
 import jax
 import jax.numpy as jnp
@@ -50,6 +63,7 @@ from .base import (
 BLOCK_T = (128, 256, 512, 1024)
 BLOCK_V = (128, 256, 512, 1024, 2048)
 LABEL_CHUNK = 128  # tokens whose labels are sampled per key (bounds the sampling's memory)
+LABEL_BOOST = 1.5  # at seeds other than 0, label logits are raised by up to this many ln(vocab_size)
 
 
 def cross_entropy_vmem_bytes(bt: int, bv: int, hidden_dim: int, buffers: int, dt: str) -> int:
@@ -86,8 +100,13 @@ class CrossEntropy(Workload):
         k_hidden, k_weight, k_labels = jax.random.split(jax.random.key(42 + seed), 3)
         hidden = seeded_normal(k_hidden, (b, h), dt, seed)
         weight = seeded_normal(k_weight, (h, v), dt, seed, scale=0.02, **WEIGHT_STRUCTURE)
-        if seed:
-            return hidden, weight, jax.random.randint(k_labels, (b,), 0, v, jnp.int32)
+        if seed:  # uniform labels; each hidden row moved to raise its label's logit by U[0, 1.5 ln V]
+            k_pick, k_boost = jax.random.split(k_labels)
+            labels = jax.random.randint(k_pick, (b,), 0, v, jnp.int32)
+            column = weight.T[labels].astype(jnp.float32)  # (b, h)
+            boost = jax.random.uniform(k_boost, (b, 1), jnp.float32, 0.0, LABEL_BOOST * math.log(v))
+            hidden = (hidden + boost * column / jnp.sum(column * column, axis=1, keepdims=True)).astype(dt)
+            return hidden, weight, labels
 
         def sample(chunk):
             rows, key = chunk

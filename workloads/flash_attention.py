@@ -5,6 +5,11 @@ BHSD layout, N(0,1). Per (b, h): s = q·kᵀ·128^-0.5; where key j > query i, s
 p = softmax over keys; out = p·v, (4, 64, 4096, 128) bf16. No GQA, soft-cap, window or
 dropout. Tolerance atol 5e-2 / rtol 1e-2 (MaxKernel's yaml).
 
+The check's seeds (never 0) draw q and k with ``QK_STRUCTURE`` (per-dimension means, mild
+scales, correlated positions: scores stay at std ~1, which the bf16 reference rounds within
+the tolerance) and v fully structured (per-position and per-dimension means, scales,
+outliers), so outputs are not averages of zero-mean noise and an approximate softmax fails.
+
 The check runs at batch=1, heads=2, seq_len=2048, head_dim=128. Batch and heads only
 repeat independent problems, so they shrink (two heads still exercise the head index
 map). seq_len stays a multiple of the largest block in the template's space (2048, also

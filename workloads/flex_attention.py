@@ -15,6 +15,10 @@ variance: ~80% of outputs exceed atol and a kernel without the bias fails on ~60
 while the bf16 reference stays within 0.4 of the tolerance of the exact answer (with k and
 the bias at N(0,1) the reference's own bf16 rounding exceeds the 1e-2 tolerance near the
 first rows, so a correct kernel would fail). Math, shapes, dtypes and keys are JAXBench's.
+The check's seeds (never 0) draw q and k with ``QK_STRUCTURE``, v fully structured at a
+root-mean-square of 0.5 (``TIGHT_V_SCALE``: the bf16 reference errs in proportion), and the
+bias structured (per-query and per-key offsets and scales, low rank) without outliers: a
+bump of 3-5 in a score rounds too coarsely in the bf16 reference for the 1e-2 tolerance.
 
 The check runs at batch=4, heads=2, seq_len=2048, head_dim=128. The batch stays a multiple
 of the largest ``batch_per_step`` (4), so every schedule is checked with its own batch
@@ -33,6 +37,7 @@ from .base import (
     Knob,
     ScheduleSpace,
     QK_STRUCTURE,
+    TIGHT_V_SCALE,
     Workload,
     indivisible,
     over_vmem,
@@ -71,7 +76,7 @@ class FlexAttention(Workload):
         shape = (config["batch"], config["num_heads"], config["seq_len"], config["head_dim"])
         q = seeded_normal(kq, shape, dt, seed, **QK_STRUCTURE)
         k = seeded_normal(kk, shape, dt, seed, scale=0.5, **QK_STRUCTURE)  # JAXBench: ·0.02 (see above)
-        v = seeded_normal(kv, shape, dt, seed)  # JAXBench: ·0.02
+        v = seeded_normal(kv, shape, dt, seed, scale=1.0 if seed == 0 else TIGHT_V_SCALE)  # JAXBench: ·0.02
         bias_shape = (config["num_heads"], config["seq_len"], config["seq_len"])
         rel_pos_bias = seeded_normal(kb, bias_shape, dt, seed, scale=0.5, outliers=0.0)  # JAXBench: ·0.01
         return q, k, v, rel_pos_bias

@@ -1,6 +1,9 @@
 """8p gemm: the Llama-3.1-70B FFN matmul, C = A @ B.
 
 Inputs (spec 8p): ``split(key(42), 2)`` -> A (M, K) ~ N(0,1), B (K, N) ~ N(0,1)*0.02, bf16.
+The check's seeds (never 0) draw A structured (``base.structured_normal``: per-row and
+per-column means and scales, correlated rows, outliers) and B with scales, low rank and
+outliers but no means (``WEIGHT_STRUCTURE``), so C is not predictable from the inputs' moments.
 The check runs at M=1024, K=1024, N=2048: multiples of the largest blocks in the
 template's space (and of jax's tuned expert blocks bm=1024, bk=1024, bn=2048), so a kernel tuned for
 the full size is checked with its own tiling. Only the sizes shrink, not the tiling.

@@ -6,7 +6,8 @@ h // (Hq/Hkv) (each KV head repeated 16 times consecutively); per (b, h) in BHSD
 s = q·kᵀ·128^-0.5; where key j > query i, s = -1e9; softmax over keys; out = p·v,
 transposed back to BSHD: (4, 4096, 128, 128) bf16. Tolerance 5e-2 / 5e-2 (MaxKernel's
 yaml). ``emb_dim`` (16384 = Hq·D) is JAXBench's metadata; a config must keep it equal to
-num_query_heads·head_dim.
+num_query_heads·head_dim. The check's seeds (never 0) draw query and key with
+``QK_STRUCTURE`` and value fully structured, as flash_attention does.
 
 The check runs at batch=1, seq_len=2048, 2 KV heads with 32 query heads, head_dim=128.
 Batch only repeats independent problems. Two KV heads keep a kernel that maps a query

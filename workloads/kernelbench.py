@@ -37,9 +37,9 @@ from .base import WEIGHT_STRUCTURE, Workload, require_positive_ints, seeded_norm
 
 K0, K42, KB = 0, 42, 0xBADC0DE
 DTYPES = ("bfloat16", "float32")
-BIAS_SCALE = 0.5
-ONES_LOG_SD = 0.25
-ZEROS_SCALE = 0.5
+BIAS_SCALE = 0.25
+ONES_LOG_SD = 0.15
+ZEROS_SCALE = 0.25
 
 
 def keys(base: int, n: int, seed: int) -> list:
@@ -65,9 +65,9 @@ def normal(key, shape, dt, scale: float = 0.02, seed: int = 0, **structure):
     return seeded_normal(key, shape, dt, seed, scale=scale, **{**WEIGHT_STRUCTURE, **structure})
 
 
-def bias(key, shape, dt, seed: int = 0, scale: float = 0.02, **structure):
-    """A bias: the spec's N*scale at seed 0, structured with RMS max(scale, BIAS_SCALE) otherwise."""
-    return seeded_normal(key, shape, dt, seed, scale=scale if seed == 0 else max(scale, BIAS_SCALE), **structure)
+def bias(key, shape, dt, seed: int = 0, scale: float = 0.02, check_scale: float = BIAS_SCALE, **structure):
+    """A bias: the spec's N*scale at seed 0, structured with RMS max(scale, check_scale) otherwise."""
+    return seeded_normal(key, shape, dt, seed, scale=scale if seed == 0 else max(scale, check_scale), **structure)
 
 
 def constant(init: str, shape, dt, seed: int = 0, key=None):

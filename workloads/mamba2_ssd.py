@@ -6,6 +6,10 @@ Math per (b, h): a = σ(A_log); c = cumsum over S of log(a + 1e-8) (f32);
 L_ij = exp(c_i - c_j) for i >= j, else exp(-1e30) = 0; P = (q·kᵀ in f32) ⊙ L; row sum
 r_i = Σ_j P_ij, r_i -> 1 where |r_i| < 1e-6, P_i /= max(|r_i|, 1); cast to bf16 and
 multiplied by v. Output (4, 64, 4096, 64) bf16, tolerance 5e-2/1e-2 (MaxKernel's yaml).
+The check's seeds (never 0) draw q, k, v structured (per-position and per-dimension means and
+scales, correlated positions, outliers) and A_log structured around -4, its rows the heads:
+each head has its own mean decay and scale, positions share offsets across heads, and a few
+outliers (A_log up to ~+1, a ~0.7 per step) let keys behind them count.
 
 The check runs at batch=1, heads=2, seq_len=2048, head_dim=64. Every head has its own
 random A_log, so heads only repeat independent problems (two still exercise the head

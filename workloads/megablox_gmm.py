@@ -20,7 +20,9 @@ Inputs beyond the spec: seed 0 is the spec's (every group M/G rows). Seeds >= 1 
 ragged sizes, uniform in [0, min(max_expert_size, M/G)] with about a quarter of the
 groups (at least one) empty, from ``fold_in(key(42 + seed), 2)``: their sum is at most M
 and usually well below it, so the check exercises groups that start and end inside row
-tiles, empty groups and zero rows past the total, not only the uniform layout.
+tiles, empty groups and zero rows past the total, not only the uniform layout. Their lhs is
+structured (``base.structured_normal``: per-row and per-column means and scales, correlated
+rows, outliers) and rhs has scales, low rank and outliers but no means (``WEIGHT_STRUCTURE``).
 
 The check runs at num_experts=4, seq_len=512, num_experts_per_tok=2 (M=1024, 256 rows per
 uniform group), emb_dim=1024, moe_mlp_dim=1536 (kept), max_expert_size=M/G: M, K and N

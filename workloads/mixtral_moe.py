@@ -20,6 +20,10 @@ shrunk less than mlp_dim because the output's scale grows like emb_dim*sqrt(mlp_
 full size) and about half its entries exceed 0.1, so the 1e-1 tolerance still rejects a
 zero or constant output, though it is looser relative to the signal than at full size.
 
+The check's seeds (never 0) draw x structured (per-token and per-feature means and scales,
+correlated tokens, outliers) and the router and experts with scales, low rank and outliers
+but no means (``WEIGHT_STRUCTURE``): routing and expert outputs are not i.i.d. noise.
+
 Routing decides which experts a token uses, so a near-tie between the k-th and (k+1)-th
 bf16 logits flips with any change in how the logits are rounded: a candidate should route
 exactly as the reference does (bf16 x @ router, lax.top_k).

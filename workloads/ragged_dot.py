@@ -3,7 +3,9 @@
 Inputs (spec 14p): ``split(key(42), 2)`` -> x (num_groups, M/num_groups, K) ~ N(0,1) and
 weights (num_groups, K, N) ~ N(0,1)*0.02, bf16. Math: out[g] = x[g] @ weights[g]; there is
 no group_sizes input (the groups are uniform). Output (num_groups, M/num_groups, N) bf16,
-tolerance 1e-2/1e-2.
+tolerance 1e-2/1e-2. The check's seeds (never 0) draw x structured (per-row and per-column
+means and scales, correlated rows, outliers) and the weights with scales, low rank and
+outliers but no means (``WEIGHT_STRUCTURE``); the spec has no group sizes to make ragged.
 
 The template is a grouped matmul whose grid walks (group, row blocks, column blocks, K
 blocks). The check runs at num_groups=2, M=2048 (1024 rows per group), K=1024, N=2048:

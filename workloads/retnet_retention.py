@@ -4,6 +4,9 @@ Inputs (spec 15p): ``split(key(42), 3)`` -> q, k, v, each (B=4, H=16, S=4096, D=
 N(0,1). Math per (b, h): γ_h = 1 - 2^(-5-h); decay D_ij = exp(log γ_h · max(i-j, 0)) ·
 [i >= j]; A = (q·kᵀ in f32, no 1/√d scale) ⊙ D; each row divided by max(Σ_j |A_ij|, 1);
 cast to bf16 and multiplied by v. Output (4, 16, 4096, 256) bf16, tolerance 1e-2/1e-2.
+The check's seeds (never 0) draw q, k and v structured (per-position and per-dimension means
+and scales, correlated positions, outliers): the retention sums are not sums of zero-mean
+noise, so a kernel that approximates the normaliser from the inputs' moments fails.
 
 The check runs at batch=1, seq_len=1024 with all 16 heads and head_dim 256. The heads
 are not shrunk: head h has its own decay, and only the slow ones (γ_h -> 1 for large h)

@@ -3,7 +3,9 @@
 Inputs (spec 12p): ``split(key(42), 2)`` -> x (batch, seq_len, emb_dim) ~ N(0,1) and
 scale (emb_dim,) = N(0,1)*0.1 + 1, both bf16. Math: in f32, x * rsqrt(mean(x^2) + eps)
 over the last axis; cast to bf16; then times scale (a bf16 product). Output bf16,
-tolerance 1e-2/1e-2.
+tolerance 1e-2/1e-2. The check's seeds (never 0) draw x structured: every row has its own
+mean and scale (root-mean-squares from ~0.4 to ~2.5), with correlated rows and outliers, so a
+norm that assumes zero-mean or unit-variance rows fails; scale is structured around 1.
 
 The template tiles the flattened rows (batch*seq_len) and keeps each row whole, since the
 mean of squares needs all of emb_dim. The check runs at batch=1, seq_len=1024: 1024 rows

@@ -3,7 +3,9 @@
 Inputs (spec 9p): ``split(key(42), 4)`` -> x (batch, seq_len, emb_dim) ~ N(0,1); gate and
 up (emb_dim, mlp_dim) and down (mlp_dim, emb_dim), all N(0,1)*0.02, bf16. Math:
 out = (silu(x @ gate) * (x @ up)) @ down, every product in bf16. Output (batch, seq_len,
-emb_dim) bf16, tolerance 1e-1/1e-1.
+emb_dim) bf16, tolerance 1e-1/1e-1. The check's seeds (never 0) draw x structured
+(per-token and per-feature means and scales, correlated tokens, outliers) and the weights
+with scales, low rank and outliers but no means (``WEIGHT_STRUCTURE``).
 
 The template runs two Pallas kernels over the flattened tokens (batch*seq_len): the first
 fuses h = silu(x @ gate) * (x @ up) over (token, mlp, emb) blocks, the second tiles

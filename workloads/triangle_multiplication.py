@@ -12,7 +12,10 @@ T = T / sqrt(mean_c T^2 + 1e-6) * center_scale (an RMS norm: no mean, no bias);
 out = (T @ out_proj) * sigmoid(pair_act @ out_gate). Output (N, N, C) bf16, tolerance
 1e-2/1e-2. The output's std is ~0.11 at both sizes, so most entries exceed the
 tolerance's ~0.011 and a zero or constant output fails. The mask is all ones, as
-JAXBench's, so a kernel that ignores it would pass; the inputs are kept as the spec's.
+JAXBench's, so at seed 0 a kernel that ignores it passes. The check's seeds (never 0) mask
+padded residues (15%: their rows and columns) and 5% of the other pairs, draw pair_act
+structured (per-pair and per-channel means and scales, correlated pairs, outliers) and the
+projections with scales, low rank and outliers but no means (``WEIGHT_STRUCTURE``).
 
 The template runs three kernels: a fused projection/gating that writes L and R
 channel-major, the triangle contraction as a batched matmul over channels, and a fused
