@@ -38,8 +38,9 @@ def timed(fn):
     return time.perf_counter() - t0, out
 
 
-def direct_stages(wl, source: str, schedule: dict) -> dict:
-    """The stages of one evaluation called directly, no sandbox, no export, no judge."""
+def direct_stages(wl, source: str, schedule: dict, rung: int) -> dict:
+    """The stages of one evaluation called directly (checked at check rung ``rung``), no
+    sandbox, no export, no judge."""
     import jax
     from jax.extend import core as jex_core
 
@@ -50,7 +51,7 @@ def direct_stages(wl, source: str, schedule: dict) -> dict:
     t0 = time.perf_counter()
     module = candidate_process.load_module(source, wl.config, schedule)
     candidate_process.trace(module.workload, candidate_process.input_specs(wl, wl.config))
-    check_config = wl.check_rungs()[0]
+    check_config = wl.check_rungs()[rung]
     module.CONFIG = dict(check_config)
     check, _ = candidate_process.trace(module.workload, candidate_process.input_specs(wl, check_config))
     out["trace"] = time.perf_counter() - t0
@@ -96,8 +97,9 @@ def main() -> None:
         dt, (_, _, _, _, info) = timed(lambda s=s: env.step(space.encode(s)))
         assert not info["cached"] and info["correct"], info["error"]
         sandboxed.append(dt)
-        stages.append(u.evaluator.evaluate(Candidate(u.source, s)).details["stage_s"])
-        d = direct_stages(u.workload, u.workload.template_source(), s)
+        details = u.evaluator.evaluate(Candidate(u.source, s)).details
+        stages.append(details["stage_s"])
+        d = direct_stages(u.workload, u.workload.template_source(), s, details["check_rung"])
         direct.append(d)
 
     cached = []

@@ -274,22 +274,21 @@ def _structured(key, shape, dtype, *, scale, offset, row_axes, mean, row_mean, c
     split = len(shape) - 1 if row_axes is None else row_axes
     rows, cols = math.prod(shape[:split]), math.prod(shape[split:])
     count = int(outliers * rows * cols)
-    k_normal, k_uniform, k_where = jax.random.split(key, 3)
-    # One draw of each kind, sliced (each random call is compiled anew for every shape).
-    sizes = (rows * cols, rows * rank, rank * cols, rows, cols, rows, cols)
-    z, u, v, row_s, col_s, row_m, col_m = jnp.split(jax.random.normal(k_normal, (sum(sizes),), jnp.float32),
-                                                 np.cumsum(sizes)[:-1])
-    uniform = jax.random.uniform(k_uniform, (6 + 2 * count,), jnp.float32)
-    strength = 0.5 + 0.5 * uniform[:5]  # each part's weight: [0.5, 1] of its maximum
+    # One uniform draw, sliced: each random call compiles anew for every shape, and costs ~0.5 s.
+    sizes = (rows * cols, rows * rank, rank * cols, rows, cols, rows, cols, 6, 3 * count)
+    z, u, v, row_s, col_s, row_m, col_m, knobs, out = jnp.split(
+        jax.random.uniform(key, (sum(sizes),), jnp.float32, -1.0, 1.0), np.cumsum(sizes)[:-1])
+    to_normal = lambda x: math.sqrt(2) * jax.lax.erf_inv(jnp.clip(x, -1 + 1e-7, 1 - 1e-7))  # noqa: E731
+    z, u, v, row_s, col_s, row_m, col_m = map(to_normal, (z, u, v, row_s, col_s, row_m, col_m))
+    strength = 0.75 + 0.25 * knobs[:5]  # each part's weight: [0.5, 1] of its maximum
     y = z.reshape(rows, cols) + low_rank * strength[0] * (u.reshape(rows, rank) @ v.reshape(rank, cols)) / math.sqrt(rank)
     y = y * jnp.exp(row_scale * strength[1] * row_s)[:, None] * jnp.exp(col_scale * strength[2] * col_s)[None, :]
-    y = (y + mean * (2 * uniform[5] - 1) + row_mean * strength[3] * row_m[:, None]
-         + col_mean * strength[4] * col_m[None, :])
+    y = (y + mean * knobs[5] + row_mean * strength[3] * row_m[:, None] + col_mean * strength[4] * col_m[None, :])
     y = (y / jnp.sqrt(jnp.mean(jnp.square(y)))).reshape(-1)
     if count:
-        size = 6.0 + 4.0 * uniform[6:6 + count]
-        sign = jnp.where(uniform[6 + count:] < 0.5, 1.0, -1.0)
-        y = y.at[jax.random.randint(k_where, (count,), 0, rows * cols)].set(sign * size)
+        where = jnp.clip(((out[:count] + 1) / 2 * (rows * cols)).astype(jnp.int32), 0, rows * cols - 1)
+        size = 8.0 + 2.0 * out[count:2 * count]  # 6 to 10
+        y = y.at[where].set(jnp.where(out[2 * count:] < 0, size, -size))
     return (offset + scale * y).reshape(shape).astype(dtype)
 
 
