@@ -12,6 +12,12 @@ import sys
 
 import pytest
 
+from jaxbench_env.aot import prepare_process
+
+# Before anything imports jax: the tests export and compile for v6e in this process too, beside
+# the evaluators' workers and sandboxes, so libtpu must allow several processes to load it.
+prepare_process()
+
 SMALL_GEMM = {"M": 1024, "K": 1024, "N": 2048}
 
 

@@ -281,7 +281,8 @@ def _structured(key, shape, dtype, *, scale, offset, row_axes, mean, row_mean, c
     to_normal = lambda x: math.sqrt(2) * jax.lax.erf_inv(jnp.clip(x, -1 + 1e-7, 1 - 1e-7))  # noqa: E731
     z, u, v, row_s, col_s, row_m, col_m = map(to_normal, (z, u, v, row_s, col_s, row_m, col_m))
     strength = 0.75 + 0.25 * knobs[:5]  # each part's weight: [0.5, 1] of its maximum
-    y = z.reshape(rows, cols) + low_rank * strength[0] * (u.reshape(rows, rank) @ v.reshape(rank, cols)) / math.sqrt(rank)
+    correlated = u.reshape(rows, rank) @ v.reshape(rank, cols) / math.sqrt(rank)
+    y = z.reshape(rows, cols) + low_rank * strength[0] * correlated
     y = y * jnp.exp(row_scale * strength[1] * row_s)[:, None] * jnp.exp(col_scale * strength[2] * col_s)[None, :]
     y = (y + mean * knobs[5] + row_mean * strength[3] * row_m[:, None] + col_mean * strength[4] * col_m[None, :])
     y = (y / jnp.sqrt(jnp.mean(jnp.square(y)))).reshape(-1)

@@ -447,7 +447,8 @@ def workload(x, w, conv_bias, bn_weight, bn_bias):
         kx, kw, kb = keys(K0, 3, seed)
         x = uniform(kx, (c["batch_size"], c["in_channels"], c["height"], c["width"]), dt, seed, **IMAGE)
         w = normal(kw, (co, c["in_channels"], k, k), dt, scale=1.0, seed=seed, **WEIGHT)
-        return (x, w, bias(kb, (co,), dt, seed, scale=1.0), constant("ones", (co,), dt, seed, side_key(K0, seed, "bn_weight")),
+        return (x, w, bias(kb, (co,), dt, seed, scale=1.0),
+                constant("ones", (co,), dt, seed, side_key(K0, seed, "bn_weight")),
                 constant("zeros", (co,), dt, seed, side_key(K0, seed, "bn_bias")))
 
     def reference(self, config, x, w, conv_bias, bn_weight, bn_bias):

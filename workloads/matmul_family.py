@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import jax
-import jax.numpy as jnp
 
 from . import kernelbench as kb
 from .base import (

@@ -5,6 +5,12 @@ JAXBench runs it) and its template part: the epilogue fused into the family's ti
 matmul (``matmul_family``). Linear layers follow the spec: ``x @ W`` for W stored
 (in, out), ``x @ W.T`` for W stored (out, in), which the kernel reads without a transpose.
 
+The check's seeds (never 0) draw every workload's inputs structured by the family's shared
+rules (``matmul_family``, ``kernelbench``): x around U[0,1)'s mean with per-row and
+per-column means and scales, correlated rows and outliers; weights with scales, low rank and
+outliers; biases at ``kernelbench.BIAS_SCALE`` instead of 0.02; the spec's constant ones and
+zeros (norm weights and biases, running statistics) drawn around 1 and 0.
+
 Weak checks (workloads.md section 5) and what this suite does about them:
 
 * 26k: InstanceNorm over a 1x1 extent makes the GEMM dead code; the output is
@@ -242,6 +248,10 @@ class MatmulAddSwishTanhGeluHardtanh(MatmulWorkload):
 
 
 class MatmulBatchnormBiasaddDivideSwish(MatmulWorkload):
+    """48k. The check's seeds draw the running mean and variance, bn_scale and bn_bias around
+    0 and 1 (``kernelbench.constant``): an eval-mode norm that assumes a zero mean and unit
+    variance passes on the spec's constants and fails there (tests/test_check_inputs.py)."""
+
     category = "matmul+norm"
     name, jaxbench_id = "matmul_batchnorm_biasadd_divide_swish", "48k"
     description = "swish((eval_batchnorm(x@W + b) + bias) / 1.0)"
@@ -601,6 +611,12 @@ class GemmMaxSubtractGelu(RowMatmulWorkload):
 
 
 class GemmBatchnormScalingSoftmax(SoftmaxTolerance, RowMatmulWorkload):
+    """43k. At the check's seeds the running statistics, bn_scale and scale are not 0 and 1 (a
+    kernel that skips them fails), so each of the bf16 reference's norm ops rounds the logits
+    once more: the float32 check widens its tolerance 13-30x there (7x at seed 0), measured on
+    seeds 1-5; smaller constants do not help (it is the number of roundings), and what it
+    still rejects is softmax error of more than ~15-30% of an entry."""
+
     name, jaxbench_id = "gemm_batchnorm_scaling_softmax", "43k"
     category = "matmul+softmax"
     description = "softmax(scale * eval_batchnorm(x@W + b))"

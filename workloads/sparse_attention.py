@@ -89,7 +89,7 @@ class SparseAttention(Workload):
         kq, kk, kv = jax.random.split(jax.random.key(42 + seed), 3)
         b, s, d = config["batch"], config["seq_len"], config["head_dim"]
         q = seeded_normal(kq, (b, config["num_query_heads"], s, d), dt, seed, scale=d**-0.5, **QK_STRUCTURE)
-        k = seeded_normal(kk, (b, config["num_kv_heads"], s, d), dt, seed, **QK_STRUCTURE)  # JAXBench: ·0.02 (see above)
+        k = seeded_normal(kk, (b, config["num_kv_heads"], s, d), dt, seed, **QK_STRUCTURE)  # JAXBench: ·0.02
         v = seeded_normal(kv, (b, config["num_kv_heads"], s, d), dt, seed,  # JAXBench: ·0.02
                           scale=1.0 if seed == 0 else TIGHT_V_SCALE)
         return q, k, v
