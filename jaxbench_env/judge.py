@@ -381,6 +381,7 @@ def verify_request(wl, request) -> tuple[dict, dict, list[str]]:
             check_signature(wl, programs[name], config, label)
         elif name != "check_cpu":
             raise Rejected(f"the {label} program is missing")
+    guard_vmem(programs["full_tpu"])  # over VMEM at full size fails whatever the check size
     from jaxbench_env.programs import ProgramMismatch, verify_artifacts
 
     try:
@@ -396,7 +397,6 @@ def verify_request(wl, request) -> tuple[dict, dict, list[str]]:
         if single:
             caveats.append(f"{single} at the largest affordable check size: what happens between its "
                            "steps is not checked")
-    guard_vmem(programs["full_tpu"])
     return programs, check_config, caveats
 
 

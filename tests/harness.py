@@ -105,10 +105,16 @@ def compile_full_size(workload, source: str, schedule: dict):
 
 def judged_time_only(workload, source: str, schedule: dict) -> dict:
     """The judge's result for ``source`` built as the sandbox would, verified, compiled and
-    priced but not checked (in-process: for the simulator's tests)."""
+    priced but not checked (in-process: for the simulator's tests), climbing the ladder on a
+    size boundary as the evaluator does."""
     request = {"workload": workload.name, "config": workload.config, "source": source, "schedule": schedule,
-               "backend": "sim"}
-    manifest, blobs = candidate_process.build_artifacts(request)
-    if manifest["error"] is not None:
-        return {"error": manifest["error"], "details": {}}
-    return judge.judge({**request, "artifacts": blobs, "rung": manifest["rung"], "compile_only": True})
+               "backend": "sim", "compile_only": True}
+    rung = 0
+    while True:
+        manifest, blobs = candidate_process.build_artifacts({**request, "min_rung": rung})
+        if manifest["error"] is not None:
+            return {"error": manifest["error"], "compiled": False, "details": {}}
+        result = judge.judge({**request, "artifacts": blobs, "rung": manifest["rung"]})
+        rung = manifest["rung"] + 1
+        if not result["details"].pop("size_boundary", False) or rung >= len(workload.check_rungs()):
+            return result
