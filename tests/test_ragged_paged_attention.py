@@ -176,4 +176,4 @@ def test_interpreter_still_cannot_run_the_expert():
 
 @pytest.mark.slow
 def test_expert_compiles_for_v6e_at_full_size():
-    pipeline.compile_full(candidate_process.load_module(W.expert_source(), W.config, {}), W)
+    compile_full_size(W, W.expert_source(), {})
