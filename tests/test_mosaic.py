@@ -263,42 +263,18 @@ def test_unknown_ops_make_an_index_map_unevaluable():
     assert mosaic.evaluate_transform(unknown, points, None) is None
 
 
-CHUNK, CHUNKS, GATHER_ROWS = 8, 4, 4096
-
-
-def _gather_kernel(table_ref, src_hbm, o_ref, buf, sem):
-    def copy(c, carry):
-        row = table_ref[pl.program_id(0) * CHUNKS + c] * CHUNK
-        pltpu.make_async_copy(src_hbm.at[pl.ds(row, CHUNK)], buf.at[pl.ds(c * CHUNK, CHUNK)], sem).start()
-        pltpu.make_async_copy(src_hbm.at[pl.ds(row, CHUNK)], buf.at[pl.ds(c * CHUNK, CHUNK)], sem).wait()
-        return carry
-
-    jax.lax.fori_loop(0, CHUNKS, copy, 0)
-    o_ref[...] = buf[...]
-
-
-def gather(table, src):
-    steps = table.shape[0] // CHUNKS
-    return pl.pallas_call(
-        _gather_kernel,
-        grid_spec=pltpu.PrefetchScalarGridSpec(
-            num_scalar_prefetch=1, grid=(steps,),
-            in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
-            out_specs=pl.BlockSpec((CHUNK * CHUNKS, 128), lambda i, t: (i, 0)),
-            scratch_shapes=[pltpu.VMEM((CHUNK * CHUNKS, 128), jnp.float32), pltpu.SemaphoreType.DMA],
-        ),
-        out_shape=jax.ShapeDtypeStruct((steps * CHUNK * CHUNKS, 128), jnp.float32),
-    )(table, src)
+# The hand-copied gather kernel of the jaxpr path's tests, read here from its Mosaic module.
+import test_sim as jaxpr_path  # noqa: E402
 
 
 def test_hand_copied_kernel_matches_the_jaxpr():
-    eqn, call = the_call(gather, jax.ShapeDtypeStruct((64,), jnp.int32),
-                         jax.ShapeDtypeStruct((GATHER_ROWS, 128), jnp.float32))
+    eqn, call = the_call(jaxpr_path.gather, jax.ShapeDtypeStruct((64,), jnp.int32),
+                         jax.ShapeDtypeStruct((jaxpr_path.ROWS, jaxpr_path.COLS), jnp.float32))
     table = np.arange(64, dtype=np.int32)
     for p in (None, [table]):
         assert_same_features(pallas.kernel_features(eqn, p), mosaic.kernel_features(call, p))
     k = mosaic.kernel_features(call)
-    assert k.manual_dma and k.steps == 16 and k.hbm_bytes == 16 * 2 * CHUNKS * CHUNK * 128 * 4
+    assert k.manual_dma and k.steps == 16 and k.hbm_bytes == 16 * 2 * jaxpr_path.CHUNKS * jaxpr_path.CHUNK * jaxpr_path.COLS * 4
 
 
 # --- whole programs, compiled: no jaxpr -----------------------------------------------------
