@@ -120,6 +120,8 @@ def cmd_list(args) -> int:
                      "description": cls.description, "config": wl.config, "env_id": f"JAXBench/{name}-v0",
                      "knobs": {k.name: list(k.values) for k in space.knobs},
                      "expert": bool(cls.expert_file)})
+        if args.rungs:
+            rows[-1]["check_rungs"] = [wl.shrunk(r) for r in wl.check_rungs()]
     if args.json:
         print(json.dumps(rows, default=str))
         return 0
@@ -129,6 +131,11 @@ def cmd_list(args) -> int:
     for r in rows:
         print(f"{r['name']:<{width}}  {r['jaxbench_id']:<5} {r['category']:<{cat}}  {'yes' if r['expert'] else '-':<6}  "
               f"{r['description']}")
+        for i, rung in enumerate(r.get("check_rungs", [])):
+            shrunk = ", ".join(f"{k}={v}" for k, v in rung.items()) or "the full size"
+            print(f"{'':<{width}}  check rung {i}: {shrunk}")
+        if r.get("check_rungs") and r["check_rungs"][-1]:
+            print(f"{'':<{width}}  (no rung past this: its inputs or the reference's intermediates exceed the check's cap)")
     return 0
 
 
@@ -336,7 +343,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = argparse.ArgumentParser(prog="jaxbench", description="JAXBench-Gym: optimize Pallas TPU kernels.")
     sub = p.add_subparsers(dest="command", required=True)
-    sub.add_parser("list", parents=[common], help="list the workloads")
+    ls = sub.add_parser("list", parents=[common], help="list the workloads")
+    ls.add_argument("--rungs", action="store_true",
+                    help="also print each workload's check-size ladder (the dimensions each rung shrinks)")
     b = sub.add_parser("baseline", parents=[common], help="time a workload's XLA baseline")
     b.add_argument("workload")
     b.add_argument("--expert", action="store_true",

@@ -10,7 +10,7 @@ SMALL = "M=1024,K=1024,N=2048"
 
 
 def test_list_json(cli):
-    p = cli("list", "--json")
+    p = cli("list", "--json", "--rungs")
     assert p.returncode == 0, p.stderr
     rows = json.loads(p.stdout)
     assert isinstance(rows, list) and rows
@@ -26,6 +26,14 @@ def test_list_json(cli):
     assert {r["name"] for r in rows if r["expert"]} == {
         "flash_attention", "gqa_attention", "mla_attention", "sparse_attention", "paged_attention",
         "ragged_paged_attention", "gemm", "megablox_gmm"}
+    # --rungs: each workload's check-size ladder, as the dimensions each rung shrinks; every
+    # rung grows toward the full size; gemm's doubles each dimension until its inputs pass the cap.
+    for r in rows:
+        ladder = r["check_rungs"]
+        assert ladder and ladder[0], r["name"]  # rung 0 shrinks something
+        for lower, upper in zip(ladder, ladder[1:]):
+            assert set(upper) <= set(lower) and all(upper[k] >= lower[k] for k in upper), (r["name"], ladder)
+    assert gemm["check_rungs"] == [{"M": 1024 * 2**i, "K": 1024 * 2**i, "N": 2048 * 2**i} for i in range(3)]
 
 
 def test_baseline_json(cli):
