@@ -202,7 +202,7 @@ class JAXBenchEnv(gym.Env):
             "timing_source": result.timing_source, "error": result.error, "time_ms": result.time_ms,
             "baseline_ms": result.baseline_ms, "max_abs_err": result.max_abs_err, "cached": result.cached,
             "source": source, "schedule": dict(schedule), "workload": self.workload.name,
-            "backend": self.evaluator.backend,
+            "backend": self.evaluator.backend, "trusted_timing": result.trusted_timing,
         }
 
     def action_masks(self) -> tuple:

@@ -31,7 +31,8 @@ from jaxbench_env.worker import DEFAULT_MEMORY_BYTES, DEFAULT_TIMEOUT_S, Worker,
 
 BACKENDS = ("auto", "sim", "tpu")
 TIMING_SOURCE = {"sim": "v6e-sim", "tpu": "v6e-measured"}
-CACHE_VERSION = 4  # 2: correct may be None (compile-only experts); 3: sim features; 4: judged artifacts
+# 2: correct may be None (compile-only experts); 3: sim features; 4: judged artifacts; 5: the physical floor
+CACHE_VERSION = 5
 BUILD_JOB = "jaxbench_env.candidate_process:build_artifacts"
 MAX_CANDIDATE_ERROR_CHARS = 4000
 _CANDIDATE_STAGES = ("load", "trace", "export", "done")
@@ -93,9 +94,17 @@ class EvalResult:
             return None
         return self.baseline_ms / self.time_ms
 
+    @property
+    def trusted_timing(self) -> bool:
+        """False where a bound set ``time_ms`` rather than a measurement or the simulator's
+        model: the physical floor, or an upper bound on work the model could not evaluate
+        (``details.sim.bounds`` says which)."""
+        return self.time_ms is not None and not (self.details.get("sim") or {}).get("bounds")
+
     def to_dict(self) -> dict:
         d = asdict(self)
         d["speedup"] = self.speedup
+        d["trusted_timing"] = self.trusted_timing
         return d
 
 

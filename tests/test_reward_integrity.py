@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from jaxbench_env.candidate import Candidate
-from jaxbench_env.evaluation import Evaluator
+from jaxbench_env.evaluation import EvalResult, Evaluator
 
 CONFIG = {"M": 2048, "K": 1024, "N": 2048}
 PENALTY = -1.0
@@ -299,3 +299,43 @@ def test_cached_results_carry_no_code(env):
     root = Path(env.evaluator.cache.root)
     entries = [json.loads(p.read_text()) for p in root.rglob("*.json")]
     assert entries and all(set(e) == {"value", "mac"} for e in entries)
+
+
+def test_no_prediction_is_under_the_physical_floor(monkeypatch):
+    """The judge's time is never below the workload's essential work at the chip's peak:
+    an honest program is priced above its floor by the model; a prediction under it
+    (here, a floor made 1000x the program's work) is raised to the floor and says so."""
+    import jax
+
+    import workloads
+    from jaxbench_env import judge
+    from jaxbench_env.sim import V6E
+
+    wl = workloads.get("gemm", CONFIG)
+    specs = jax.eval_shape(lambda: wl.make_inputs(wl.config, 0))
+    compiled, profiles = judge.compile_v6e(lambda a, b: wl.reference(wl.config, a, b), specs)
+    seconds, details = judge._simulate(wl, compiled, profiles)
+    nbytes, flops = wl.essential_work(wl.config)
+    assert (nbytes, flops) == (2 * (2048 * 1024 + 1024 * 2048 + 2048 * 2048), 2 * 2048 * 1024 * 2048)
+    floor = details["floor"]
+    assert floor["time_s"] == pytest.approx(V6E.floor_s(nbytes, flops)) and not floor["applied"]
+    assert seconds == details["time_s"] == floor["model_time_s"] > floor["time_s"]
+    assert details["bounds"] == []
+
+    monkeypatch.setattr(judge, "_essential_cache", {})
+    monkeypatch.setattr(wl, "essential_work", lambda config: (1000 * nbytes, 1000 * flops))
+    raised, details = judge._simulate(wl, compiled, profiles)
+    assert details["floor"]["applied"] and raised == details["time_s"] == details["floor"]["time_s"]
+    assert raised == pytest.approx(1000 * V6E.floor_s(nbytes, flops)) and raised > 100 * seconds
+    assert any("under the physical floor" in n for n in details["notes"]), details["notes"]
+    assert details["bounds"] == ["physical floor"]
+
+
+def test_info_says_whether_a_bound_set_the_time(env):
+    """Gymnasium's info carries ``trusted_timing``: the honest gemm's time is the model's."""
+    _, info = step(env, HONEST + "\n# trusted timing\n")
+    assert info["correct"] and info["trusted_timing"] is True, info
+    assert info["timing_source"] == "v6e-sim"
+    floored = EvalResult("gemm", "sim", "v6e-sim", True, True, time_ms=1.0,
+                         details={"sim": {"bounds": ["physical floor"]}})
+    assert floored.trusted_timing is False and floored.to_dict()["trusted_timing"] is False

@@ -84,6 +84,34 @@ def _toward(value, full):
     return full
 
 
+def _eqns(jaxpr, times: float = 1.0):
+    """Every equation of a jaxpr and its nested jaxprs, with how many times it runs (a scan's
+    body ``length`` times; a while loop's, whose trip count is not static, once)."""
+    for eqn in jaxpr.eqns:
+        yield eqn, times
+        inner = times * (eqn.params.get("length", 1) if eqn.primitive.name == "scan" else 1)
+        for p in eqn.params.values():
+            for sub in p if isinstance(p, (tuple, list)) else (p,):
+                sub = getattr(sub, "jaxpr", sub)
+                if hasattr(sub, "eqns"):
+                    yield from _eqns(sub, inner)
+
+
+def _matmul_flops(eqn) -> float:
+    """FLOPs of a dot_general or a convolution (2 per multiply-add), else 0."""
+    name = eqn.primitive.name
+    out = eqn.outvars[0].aval.shape
+    if name == "dot_general":
+        (contracting, _), _ = eqn.params["dimension_numbers"]
+        lhs = eqn.invars[0].aval.shape
+        return 2.0 * math.prod(out) * math.prod(lhs[d] for d in contracting)
+    if name == "conv_general_dilated":
+        rhs = eqn.invars[1].aval.shape
+        out_feature_dim = eqn.params["dimension_numbers"].rhs_spec[0]
+        return 2.0 * math.prod(out) * math.prod(rhs) / rhs[out_feature_dim]
+    return 0.0
+
+
 class Workload:
     """Base class. Subclasses set the class attributes and implement the four methods."""
 
@@ -163,26 +191,34 @@ class Workload:
         return sum(math.prod(a.shape) * a.dtype.itemsize
                    for a in jax.tree_util.tree_leaves(jax.eval_shape(lambda: self.make_inputs(config, 0))))
 
+    def _reference_jaxpr(self, config: Mapping[str, Any]):
+        import jax
+
+        specs = jax.eval_shape(lambda: self.make_inputs(config, 0))
+        return jax.make_jaxpr(lambda *a: self.reference(config, *a))(*specs)
+
     def largest_intermediate_bytes(self, config: Mapping[str, Any]) -> int:
         """The largest array the reference makes at ``config`` (traced, not run): attention
         references materialize seq x seq scores that dwarf their inputs."""
+        return max((math.prod(v.aval.shape) * v.aval.dtype.itemsize
+                    for eqn, _ in _eqns(self._reference_jaxpr(config).jaxpr) for v in eqn.outvars
+                    if hasattr(v.aval, "shape") and hasattr(v.aval, "dtype")), default=0)
+
+    def essential_work(self, config: Mapping[str, Any]) -> tuple[float, float]:
+        """(HBM bytes, FLOPs) any correct program at ``config`` must move and compute: the
+        simulator's physical floor (no prediction is faster than these at the chip's peak).
+
+        By default every input read once, every output written once, and the reference's
+        matmul and convolution FLOPs. A workload overrides this where a correct kernel may do
+        less than that: skip inputs (a dead GEMM, KV pages no sequence references), or
+        compute less than its reference (half the scores of a causal attention, the routed
+        experts of an MoE whose reference runs them all)."""
         import jax
 
-        def walk(jaxpr):
-            for eqn in jaxpr.eqns:
-                for v in eqn.outvars:
-                    aval = v.aval
-                    if hasattr(aval, "shape") and hasattr(aval, "dtype"):
-                        yield math.prod(aval.shape) * aval.dtype.itemsize
-                for p in eqn.params.values():
-                    for sub in p if isinstance(p, (tuple, list)) else (p,):
-                        inner = getattr(sub, "jaxpr", sub)
-                        if hasattr(inner, "eqns"):
-                            yield from walk(inner)
-
-        specs = jax.eval_shape(lambda: self.make_inputs(config, 0))
-        closed = jax.make_jaxpr(lambda *a: self.reference(config, *a))(*specs)
-        return max(walk(closed.jaxpr), default=0)
+        closed = self._reference_jaxpr(config)
+        avals = [*closed.in_avals, *closed.out_avals]
+        nbytes = sum(math.prod(a.shape) * a.dtype.itemsize for a in avals)
+        return float(nbytes), float(sum(times * _matmul_flops(eqn) for eqn, times in _eqns(closed.jaxpr)))
 
     def shrunk(self, config: Mapping[str, Any]) -> dict:
         """The entries of ``config`` that differ from the full size (for messages)."""

@@ -28,6 +28,11 @@ class Chip:
     mxu_size: int  # chip table: mxu_column_size
     scoped_vmem_bytes: int  # Mosaic's default scoped VMEM limit (v6e: 32 MiB; v5e: 16 MiB)
 
+    def floor_s(self, hbm_bytes: float, flops: float) -> float:
+        """The physical floor: no program moving ``hbm_bytes`` and computing ``flops`` runs
+        faster than either at this chip's peak rate."""
+        return max(hbm_bytes / self.hbm_bytes_per_s, flops / self.mxu_flops_per_s)
+
 
 V6E = Chip("TPU v6e", "TPU_V6E", mxu_flops_per_s=9.2e14, hbm_bytes_per_s=1.64e12, vmem_bytes=128 * 2**20,
            mxus=2, mxu_size=256, scoped_vmem_bytes=32 * 2**20)
