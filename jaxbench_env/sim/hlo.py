@@ -5,7 +5,15 @@ Each op the TPU runs as a unit (a fusion, a Mosaic kernel, a copy, ...) becomes 
 (a bf16 array's minor dimensions pad to 16x128 tiles, so a 62-wide image row costs a
 128-wide one), and arrays the compiler placed in VMEM (``S(1)``) or SMEM (``S(2)``) move
 no HBM bytes. Ops inside a ``while`` body count once per iteration when the compiler
-knows the trip count.
+knows the trip count; every branch of a ``conditional`` counts (an upper bound: the
+program runs one).
+
+Asynchronous copies cost what they move: a ``copy-start`` or ``slice-start`` reads the
+copied bytes where its source is in HBM and writes them where its destination is (a
+prefetch into VMEM writes none); its output tuple repeats the source only as a handle, and
+the matching ``*-done`` moves nothing. (At batch 1 XLA streams mid-size arrays into VMEM
+in 4 MiB ``slice-start`` chunks: charged their operand and tuple, each cost ~3x the whole
+array.)
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ _ITEMSIZE = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "bf16": 2, "f16": 
 _ARRAY = re.compile(r"(\w+)\[([\d,]*)\](?:\{([^}]*)\})?")
 _INSTR = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = (.+?) ([\w\-]+)\((.*?)\)(, .*)?$")
 _COMPUTATION = re.compile(r"^(ENTRY )?%([\w.\-]+) .*\{$")
-_FREE = {"parameter", "get-tuple-element", "tuple", "bitcast", "constant", "copy-done", "after-all",
+_FREE = {"parameter", "get-tuple-element", "tuple", "bitcast", "constant", "after-all",
          "partition-id", "replica-id", "opt-barrier"}
 
 
@@ -56,6 +64,19 @@ def shape_bytes(shape: str) -> float:
         nbytes, in_hbm = _array_bytes(dtype, dims, layout)
         total += nbytes if in_hbm else 0.0
     return total
+
+
+def _async_copy_bytes(opcode: str, shape: str, source: str) -> float:
+    """HBM bytes of a ``copy-start`` ((destination, source, context) tuple) or a
+    ``slice-start`` (((source...), destination, context)); ``source``: the operand's shape."""
+    arrays = _ARRAY.findall(shape)
+    if len(arrays) < 2:
+        return 0.0
+    dst = arrays[0] if opcode == "copy-start" else arrays[-2]
+    src = _ARRAY.findall(source)[:1] or [arrays[1]]
+    moved, dst_in_hbm = _array_bytes(*dst)
+    _, src_in_hbm = _array_bytes(*src[0])
+    return moved * (int(src_in_hbm) + int(dst_in_hbm))
 
 
 def _computations(text: str) -> tuple[dict[str, list[str]], str | None]:
@@ -166,7 +187,18 @@ def program_ops(text: str) -> tuple[list[XlaOp], list[str]]:
                 if body:
                     walk(body.group(1), times * (trip or 1))
                 continue
-            if opcode in _FREE or 'custom_call_target="AllocateBuffer"' in attrs:  # allocation moves no bytes
+            if opcode == "conditional":
+                branches = re.findall(r"(?:branch_computations=\{|true_computation=|false_computation=|, )%([\w.\-]+)",
+                                      attrs.split(", metadata=")[0])
+                notes.append(f"conditional {name}: all {len(branches)} branches priced (an upper bound: one runs)")
+                for branch in branches:
+                    walk(branch, times)
+                continue
+            if opcode in _FREE or opcode.endswith("-done") or 'custom_call_target="AllocateBuffer"' in attrs:
+                continue  # allocation, and the end of an async copy, move no bytes
+            if opcode in ("copy-start", "slice-start"):
+                nbytes = _async_copy_bytes(opcode, shape, shapes.get(operands[0], "") if operands else "")
+                ops.append(XlaOp(name, opcode, nbytes, times, _estimated_cycles(attrs)))
                 continue
             read = [shape_bytes(shapes.get(o, "")) for o in operands]
             write = shape_bytes(shape)
@@ -175,7 +207,7 @@ def program_ops(text: str) -> tuple[list[XlaOp], list[str]]:
                 windowed, out = _fusion_traffic(comps, called.group(1), memo)
                 read = [min(b, windowed.get(i, b)) for i, b in enumerate(read)]
                 write = write if out is None else min(write, out)
-            elif opcode == "dynamic-slice" and read:
+            elif opcode in ("dynamic-slice", "slice") and read:
                 read = [write] + read[1:]
             elif opcode == "dynamic-update-slice" and len(read) > 1:
                 read, write = [0.0] + read[1:], read[1]
