@@ -179,3 +179,17 @@ def test_tables_that_need_a_foreign_custom_call_are_refused():
     tampered = dataclasses.replace(exported, mlir_module_serialized=blob)
     with pytest.raises(PrefetchError, match="host_code"):
         prefetch_tables(tampered, inputs())
+
+
+def test_tables_computed_from_a_kernel_output_are_refused():
+    # The second kernel's table is the first kernel's output: with kernels replaced by zeros
+    # it would be priced on a made-up table, so the program is refused, naming why.
+    def chained(idx, x):
+        table = add_one(idx.astype(jnp.float32).reshape(1, 16)).reshape(16).astype(jnp.int32) % 16
+        return gathered(table, x), gathered(idx % 16, x)
+
+    closed = cp.wrap_kernels(jax.jit(chained).trace(*SPECS).jaxpr, False)
+    with jax.default_device(v6e_device()):
+        exported = jax.export.export(jax.jit(jaxpr_as_fun(closed)), platforms=["tpu"])(*SPECS)
+    with pytest.raises(PrefetchError, match="computed from another kernel's output"):
+        prefetch_tables(jax.export.deserialize(exported.serialize()), inputs())

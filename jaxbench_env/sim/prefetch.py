@@ -16,8 +16,9 @@ evaluates the values from the artifact alone, as StableHLO:
 3. the reduced module, without the arguments it no longer reads, is compiled for the CPU
    and run: XLA keeps only the work the leading operands need.
 
-As with ``pallas.prefetch_operands``, a kernel's output is zeros here, so a table computed
-from an earlier kernel's output comes out wrong. The artifact is untrusted: the reduced
+A kernel's output is zeros here, so a grid bound or table computed from an earlier kernel's
+output would come out wrong: such a program is refused (``PrefetchError``) rather than
+priced on made-up tables. The artifact is untrusted: the reduced
 program may hold no custom call (other than sharding annotations) and no host transfer,
 inlining is capped; a program whose tables need a loop that never ends still hangs, so the
 caller bounds the time.
@@ -150,6 +151,30 @@ def _aval(value_type):
     return jax.core.ShapedArray(tuple(tensor.shape), dtype)
 
 
+def _kernel_fed(values) -> bool:
+    """Whether any of ``values`` is computed, through any chain of ops (and the regions of
+    loops and conditionals on it), from a ``tpu_custom_call``'s result."""
+    from jax._src.lib.mlir import ir
+
+    seen, stack = set(), list(values)
+    while stack:
+        value = stack.pop()
+        owner = value.owner
+        op = owner.owner if isinstance(owner, ir.Block) else owner  # a region argument: its op's
+        op = op.operation if hasattr(op, "operation") else op
+        if op is None or op in seen:
+            continue
+        seen.add(op)
+        if op.name == "func.func":
+            continue  # main's own arguments: the program's inputs
+        inner = _ops(op)  # op itself, and everything in its regions
+        if any(o.name == "stablehlo.custom_call" and _target(o) == mosaic.TARGET for o in inner):
+            return True
+        for o in inner:
+            stack.extend(o.operands)
+    return False
+
+
 def _main(module):
     from jax._src.lib.mlir import ir
 
@@ -198,6 +223,12 @@ def _reduce(text: str, parsed: list[mosaic.CustomCall], counts: list[int]):
                 values.extend(list(ops[0].operands)[:n])
         if not outputs:
             return None
+        for i, (first, n) in outputs.items():
+            if _kernel_fed(values[first:first + n]):
+                raise PrefetchError(
+                    f"kernel {i}'s run-time grid size or scalar-prefetch tables are computed from another "
+                    "kernel's output, which the simulator cannot evaluate without running it: compute them "
+                    "from the program's inputs (outside the kernels)")
         for op in _ops(module.operation, "stablehlo.custom_call"):  # every kernel gives zeros
             if _target(op) == mosaic.TARGET:
                 with ir.InsertionPoint(op):
