@@ -296,7 +296,8 @@ def cmd_optimize(args) -> int:
 
 
 def cmd_sim_report(args) -> int:
-    from jaxbench_env.sim import calibrate, calibration
+    from jaxbench_env import calibrate
+    from jaxbench_env.sim import calibration
 
     if args.backend not in ("auto", "sim"):
         raise UsageError("sim-report reports the simulator: use --backend sim (or leave the default)")

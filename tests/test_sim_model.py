@@ -16,7 +16,8 @@ from jax.experimental.pallas import tpu as pltpu  # noqa: E402
 
 import workloads  # noqa: E402
 from harness import judged_time_only  # noqa: E402
-from jaxbench_env.sim import V5E, V6E, bundles, calibrate, calibration, hlo  # noqa: E402
+from jaxbench_env import calibrate  # noqa: E402
+from jaxbench_env.sim import V5E, V6E, bundles, calibration, hlo  # noqa: E402
 from jaxbench_env.sim.model import price_kernel  # noqa: E402
 from jaxbench_env.sim.pallas import kernel_features, pallas_call_eqns  # noqa: E402
 

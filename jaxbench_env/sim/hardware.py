@@ -4,7 +4,7 @@
 (``jax.experimental.pallas.tpu.get_tpu_info_for_chip(ChipVersion.TPU_V6E, 1)``, jax 0.10.2;
 the numbers are copied here so that pricing needs no jax import, and a test checks them
 against the table). ``Calibration`` holds the few global constants nobody publishes,
-fitted on published v6e times by ``python -m jaxbench_env.sim.fit`` and stored, versioned,
+fitted on published v6e times by ``python -m jaxbench_env.calibrate fit`` and stored, versioned,
 in ``jaxbench_env/data/sim_calibration.json``.
 """
 

@@ -178,7 +178,7 @@ def _features(compiled, ops: list[hlo.XlaOp], notes: list, kernels: list[KernelF
         profile = profiles.get(op.name)
         xla_ops.append(OpFeatures(op.name, op.opcode, op.hbm_bytes, op.times,
                                   profile.dynamic if profile is not None else None, op.estimated_cycles))
-    if any(o.bundles is None and o.hbm_bytes > 0 for o in xla_ops if o.opcode not in ("copy-start",)):
+    if any(o.bundles is None and o.hbm_bytes > 0 for o in xla_ops if not o.opcode.endswith("-start")):
         notes.append("XLA ops without readable bundles priced from the compiler's cycle estimate or traffic")
     if any(k.dynamic_index for k in kernels):
         notes.append("index maps that could not be evaluated (scalar-prefetch tables without concrete values) "
@@ -201,8 +201,6 @@ def combine(compute_s, memory_s, overlap: float):
 
 
 def price_op(op: OpFeatures, chip: Chip, cal: Calibration) -> float:
-    if op.opcode == "copy-start":  # an async prefetch, overlapped with the ops around it
-        return 0.0
     bandwidth = chip.hbm_bytes_per_s * cal.hbm_efficiency
     cycles = op.bundles if op.bundles is not None else (op.estimated_cycles or 0.0)
     return op.times * (cal.op_overhead_s + combine(cycles / cal.bundle_rate_hz, op.hbm_bytes / bandwidth, cal.overlap))

@@ -1,11 +1,14 @@
 """The simulator against published v6e times: gather features, fit the constants, report.
 
+Above the simulator (``sim/`` imports nothing of the product's): gathering compiles each
+row through the ``Evaluator``, as every user's program is compiled.
+
 The published rows (``jaxbench_env/data/jaxbench_v6e_published.csv``) are XLA baselines
 and expert Pallas kernels. Each row's program is compiled once through the ``Evaluator``
 (result cache, sandboxed worker); its features are then priced with any constants, so a fit
 is a cheap optimisation over a handful of globals, never one per workload.
 
-    python -m jaxbench_env.sim.calibrate fit      # refit; writes jaxbench_env/data/sim_calibration.json
+    python -m jaxbench_env.calibrate fit      # refit; writes jaxbench_env/data/sim_calibration.json
     jaxbench sim-report                           # the table, rank correlation and errors
 """
 
@@ -21,11 +24,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .hardware import CALIBRATION_FILE, UNFITTED, V6E, Calibration, calibration
-from .model import ProgramFeatures, price
+from jaxbench_env.sim.hardware import CALIBRATION_FILE, UNFITTED, V6E, Calibration, calibration
+from jaxbench_env.sim.model import ProgramFeatures, price
 
-PUBLISHED = Path(__file__).parent.parent / "data" / "jaxbench_v6e_published.csv"
-FIT_COMMAND = "python -m jaxbench_env.sim.calibrate fit"
+PUBLISHED = Path(__file__).parent / "data" / "jaxbench_v6e_published.csv"
+FIT_COMMAND = "python -m jaxbench_env.calibrate fit"
 # Fitted in log space; overlap is kept >= 1 (1 = no overlap at all). The two overheads are
 # not: no published row has enough ops or small-block grid steps to pin them down (fitted,
 # both went to zero, which would make 128-wide blocks look free), so they keep their
