@@ -153,23 +153,10 @@ class Evaluator:
         return result
 
     def _judge_candidate(self, request: dict, candidate: Candidate, compile_only: bool, expert_unchecked: bool) -> dict:
-        """Build the candidate's programs in the sandbox, then have the judge judge them.
-        Where the judge finds a size boundary between the check size and the full size, the
-        candidate is built again at the next rung of the check-size ladder."""
-        climbed, rung = [], 0
-        while True:
-            answer = self._judge_at(request, candidate, compile_only, expert_unchecked, rung)
-            details = answer["details"]
-            if not details.pop("size_boundary", False) or details.get("check_rung") is None:
-                break
-            climbed.append(f"rung {details['check_rung']}: {answer['error']}")
-            rung = details["check_rung"] + 1
-            if rung >= len(self.workload.check_rungs()):
-                answer["error"] = "no check size where the programs are one program:\n" + "\n".join(climbed)
-                break
-        if climbed:
-            answer["details"]["climbed"] = climbed
-        return answer
+        """Build the candidate's programs in the sandbox, then have the judge judge them,
+        climbing the check-size ladder where the judge finds a size boundary."""
+        return climb_ladder(len(self.workload.check_rungs()),
+                            lambda rung: self._judge_at(request, candidate, compile_only, expert_unchecked, rung))
 
     def _judge_at(self, request: dict, candidate: Candidate, compile_only: bool, expert_unchecked: bool,
                   min_rung: int) -> dict:
@@ -234,6 +221,27 @@ class Evaluator:
     def close(self) -> None:
         self.worker.close()
         self.sandbox.close()
+
+
+def climb_ladder(n_rungs: int, judge_at) -> dict:
+    """``judge_at(min_rung)``'s answer, from rung 0 up the check-size ladder: where the judge
+    finds a size boundary between the check size and the full size (its answer's
+    ``details.size_boundary``), the candidate is built again at the next rung, until the
+    last of ``n_rungs``. ``details.climbed`` says why each rung was left."""
+    climbed, rung = [], 0
+    while True:
+        answer = judge_at(rung)
+        details = answer["details"]
+        if not details.pop("size_boundary", False) or details.get("check_rung") is None:
+            break
+        climbed.append(f"rung {details['check_rung']}: {answer['error']}")
+        rung = details["check_rung"] + 1
+        if rung >= n_rungs:
+            answer["error"] = "no check size where the programs are one program:\n" + "\n".join(climbed)
+            break
+    if climbed:
+        answer["details"]["climbed"] = climbed
+    return answer
 
 
 def reward_of(result: EvalResult, mode: str, penalty: float, previous_speedup: float | None = None) -> float:

@@ -10,6 +10,7 @@ import functools
 import numpy as np
 
 from jaxbench_env import candidate_process, judge
+from jaxbench_env.evaluation import climb_ladder
 
 TEST_SEEDS = (0, 1, 2)
 
@@ -52,21 +53,23 @@ def judge_check(workload, source: str, schedule: dict) -> float:
     error, or AssertionError."""
     request = {"workload": workload.name, "config": workload.config, "source": source, "schedule": schedule,
                "backend": "sim"}
-    rung = 0
-    while True:
-        manifest, blobs = candidate_process.build_artifacts({**request, "min_rung": rung})
+
+    def check_at(min_rung: int) -> dict:
+        manifest, blobs = candidate_process.build_artifacts({**request, "min_rung": min_rung})
         assert manifest["error"] is None, manifest["error"]
+        details = {"check_rung": manifest["rung"]}
         try:
             programs, check_config, _ = judge.verify_request(workload, {**request, "artifacts": blobs,
                                                                      "rung": manifest["rung"]})
             assert "check_cpu" in programs, manifest.get("interpret_error")
-            return judge.check_outputs(workload, programs["check_cpu"], check_config, TEST_SEEDS)
-        except judge.SizeBoundary as e:
-            rung = manifest["rung"] + 1
-            if rung >= len(workload.check_rungs()):
-                raise AssertionError(str(e)) from None
+            err = judge.check_outputs(workload, programs["check_cpu"], check_config, TEST_SEEDS)
+            return {"error": None, "max_abs_err": err, "details": details}
         except judge.Rejected as e:
-            raise AssertionError(str(e)) from None
+            return {"error": str(e), "details": {**details, "size_boundary": isinstance(e, judge.SizeBoundary)}}
+
+    answer = climb_ladder(len(workload.check_rungs()), check_at)
+    assert answer["error"] is None, answer["error"]
+    return answer["max_abs_err"]
 
 
 def assert_template_correct(workload, schedule: dict) -> None:
@@ -109,12 +112,11 @@ def judged_time_only(workload, source: str, schedule: dict) -> dict:
     size boundary as the evaluator does."""
     request = {"workload": workload.name, "config": workload.config, "source": source, "schedule": schedule,
                "backend": "sim", "compile_only": True}
-    rung = 0
-    while True:
-        manifest, blobs = candidate_process.build_artifacts({**request, "min_rung": rung})
+
+    def judge_at(min_rung: int) -> dict:
+        manifest, blobs = candidate_process.build_artifacts({**request, "min_rung": min_rung})
         if manifest["error"] is not None:
             return {"error": manifest["error"], "compiled": False, "details": {}}
-        result = judge.judge({**request, "artifacts": blobs, "rung": manifest["rung"]})
-        rung = manifest["rung"] + 1
-        if not result["details"].pop("size_boundary", False) or rung >= len(workload.check_rungs()):
-            return result
+        return judge.judge({**request, "artifacts": blobs, "rung": manifest["rung"]})
+
+    return climb_ladder(len(workload.check_rungs()), judge_at)
