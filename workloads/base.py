@@ -213,8 +213,6 @@ class Workload:
         less than that: skip inputs (a dead GEMM, KV pages no sequence references), or
         compute less than its reference (half the scores of a causal attention, the routed
         experts of an MoE whose reference runs them all)."""
-        import jax
-
         closed = self._reference_jaxpr(config)
         avals = [*closed.in_avals, *closed.out_avals]
         nbytes = sum(math.prod(a.shape) * a.dtype.itemsize for a in avals)

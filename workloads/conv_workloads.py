@@ -25,6 +25,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from .conv_family import ConvWorkload, conv
+from .essential import io_bytes
 from .kernelbench import K0, K42, KB, bias, constant, keys, normal, side_key, uniform
 
 EPS = 1e-5
@@ -152,6 +153,11 @@ def workload(x, w, conv_bias, in_weight, in_bias):
         var = jnp.var(y, axis=(2, 3), keepdims=True)
         y = (y - mean) / jnp.sqrt(var + EPS) * channel(in_weight, 2) + channel(in_bias, 2)
         return y / config["divide_by"]
+
+    def essential_work(self, config):
+        # conv_bias is constant over each (n, c) image, so the InstanceNorm subtracts it: not read.
+        nbytes, flops = super().essential_work(config)
+        return nbytes - config["out_channels"] * self.dt(config).itemsize, flops
 
 
 class Conv3dGroupNormMean(ConvWorkload):
@@ -347,6 +353,18 @@ def workload(x, w, conv_bias, ln_weight, ln_bias):
         var = jnp.mean(jnp.square(y - mean), axis=-1, keepdims=True)
         y = (y - mean) / jnp.sqrt(var + config["eps"]) * ln_weight + ln_bias
         return jax.nn.gelu(y) * config["scaling_factor"]
+
+    def essential_work(self, config):
+        # The reference's conv runs over the zero-inserted input; only the (input, tap) products
+        # that land inside the output count: per dim, sum_i,t [0 <= s i - p + t < out].
+        k, s, p = config["kernel_size"], config["stride"], config["padding"]
+        taps = 1
+        for key in self.spatial:
+            n = config[key]
+            out = (n - 1) * s - 2 * p + k
+            taps *= sum(0 <= s * i - p + t < out for i in range(n) for t in range(k))
+        macs = config["batch_size"] * config["in_channels"] * config["out_channels"] * taps
+        return float(io_bytes(self, config)), 2.0 * macs
 
 
 class Conv3dMishTanh(ConvWorkload):

@@ -33,6 +33,7 @@ from .base import (
     seeded_normal,
     tile_bytes,
 )
+from .essential import causal_pairs, io_bytes
 
 BLOCKS = (128, 256, 512, 1024, 2048)
 
@@ -68,6 +69,11 @@ class FlashAttention(Workload):
         attn = jnp.where(mask, attn, -1e9)
         attn = jax.nn.softmax(attn, axis=-1)
         return jnp.einsum("bhqk,bhkd->bhqd", attn, v)
+
+    def essential_work(self, config):
+        # Causal: QKᵀ and PV only for the S(S+1)/2 (query, key) pairs at or below the diagonal.
+        b, h, s, d = self.shape(config)
+        return float(io_bytes(self, config)), 2.0 * 2 * b * h * d * causal_pairs(s)
 
     def schedule_space(self, config):
         dt = str(jnp.dtype(config["dtype"]))

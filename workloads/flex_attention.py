@@ -46,6 +46,7 @@ from .base import (
     seeded_normal,
     tile_bytes,
 )
+from .essential import causal_pairs, io_bytes
 
 BLOCKS = (128, 256, 512, 1024, 2048)
 
@@ -89,6 +90,14 @@ class FlexAttention(Workload):
         attn = jnp.where(mask, attn, -1e30)
         attn = jax.nn.softmax(attn, axis=-1)
         return jnp.einsum("bhqk,bhkd->bhqd", attn, v)
+
+    def essential_work(self, config):
+        # Causal: QKᵀ, PV and the bias only for the S(S+1)/2 (query, key) pairs at or below the
+        # diagonal (the masked bias entries are never read).
+        b, h, s, d = config["batch"], config["num_heads"], config["seq_len"], config["head_dim"]
+        itemsize = self.dtype(config).itemsize
+        nbytes = io_bytes(self, config, skip=(3,)) + h * causal_pairs(s) * itemsize
+        return float(nbytes), 2.0 * 2 * b * h * d * causal_pairs(s)
 
     def schedule_space(self, config):
         dt = str(jnp.dtype(config["dtype"]))

@@ -36,6 +36,7 @@ from .base import (
     seeded_normal,
     tile_bytes,
 )
+from .essential import causal_pairs, io_bytes
 
 BLOCKS = (128, 256, 512, 1024, 2048)
 CHECK_KV_HEADS = 2
@@ -100,6 +101,11 @@ class GQAAttention(Workload):
         attn = jax.nn.softmax(attn, axis=-1)
         out = jnp.einsum("bhqk,bhkd->bhqd", attn, v)
         return out.transpose(0, 2, 1, 3)
+
+    def essential_work(self, config):
+        # Causal: QKᵀ and PV only for the S(S+1)/2 (query, key) pairs at or below the diagonal.
+        b, h, d = config["batch"], config["num_query_heads"], config["head_dim"]
+        return float(io_bytes(self, config)), 2.0 * 2 * b * h * d * causal_pairs(config["seq_len"])
 
     def schedule_space(self, config):
         dt = str(jnp.dtype(config["dtype"]))

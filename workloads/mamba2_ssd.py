@@ -40,6 +40,7 @@ from .base import (
     seeded_normal,
     tile_bytes,
 )
+from .essential import causal_pairs, io_bytes
 
 BLOCKS = (128, 256, 512, 1024, 2048)
 
@@ -82,6 +83,13 @@ class Mamba2SSD(Workload):
         scores_sum = jnp.where(jnp.abs(scores_sum) < 1e-6, 1.0, scores_sum)
         scores = scores / jnp.maximum(jnp.abs(scores_sum), 1.0)
         return jnp.einsum("bhst,bhtd->bhsd", scores.astype(query.dtype), value)
+
+    def essential_work(self, config):
+        # No |.| in the normaliser, so the whole SSD is linear in v: the recurrent (chunk size 1)
+        # form needs a DxD state update and a readout per position, 4 S D² per head, far below
+        # the causal quadratic form's 2 S² D (the normaliser's state is one more column, left out).
+        b, h, s, d = self.shape(config)
+        return float(io_bytes(self, config)), float(b * h * min(4 * s * d * d, 2 * 2 * d * causal_pairs(s)))
 
     def schedule_space(self, config):
         dt = str(jnp.dtype(config["dtype"]))

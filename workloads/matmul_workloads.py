@@ -24,7 +24,9 @@ Weak checks (workloads.md section 5) and what this suite does about them:
   correct kernels and rejects it.
 * 32k: see its class (w2's scale).
 * 21k and 23k reduce to a mat-vec (the row sum of x @ W.T is x . sum_j W_j), 47k's final
-  clip is a no-op, 48k divides by 1.0: legitimate shortcuts, left in.
+  clip is a no-op, 48k divides by 1.0: legitimate shortcuts, left in. The physical floor
+  (``essential_work``) counts a shortcut's work where it saves HBM traffic or MXU FLOPs:
+  21k and 23k's mat-vec, 49k's pool folded into W, 26k without its GEMM.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import jax
 import jax.numpy as jnp
 
 from . import kernelbench as kb
+from .essential import io_bytes
 from .matmul_family import MatmulWorkload, Param, weight, x_param
 
 EPS = 1e-5
@@ -294,6 +297,10 @@ class BmmInstancenormSumResidualaddMultiply(MatmulWorkload):
         v = v[:, :, 0, 0] * in_weight + in_bias
         return (v + y) * y
 
+    def essential_work(self, config):
+        # The GEMM is dead (a 1x1 InstanceNorm is exactly 0, times in_weight): out = (in_bias + y) * y.
+        return float(io_bytes(self, config, skip=(0, 2, 3, 4))), 0.0  # reads y, in_bias; writes out
+
     template_part = """
     def epilogue(acc, b, in_weight, in_bias, y):
         v = acc + b
@@ -411,6 +418,10 @@ class GemmDivideSumScaling(RowMatmulWorkload):
         v = linear(x, w, transpose=True, precision=jax.lax.Precision.HIGHEST) / 2
         return jnp.sum(v, axis=1, keepdims=True) * config["scaling_factor"]
 
+    def essential_work(self, config):
+        # The row sum of x @ W.T is the mat-vec x @ (sum_j W_j): every input read, 2 M K FLOPs.
+        return float(io_bytes(self, config)), 2.0 * config["batch_size"] * config["input_size"]
+
     template_part = """
     def epilogue(acc):
         return jnp.sum(acc / 2, axis=-1, keepdims=True) * CONFIG["scaling_factor"]
@@ -433,6 +444,11 @@ class MatmulSumMaxAvgpoolLogsumexpLogsumexp(RowMatmulWorkload):
         s = jnp.mean(s, axis=1, keepdims=True)
         s = jax.nn.logsumexp(s, axis=1, keepdims=True)
         return jax.nn.logsumexp(s, axis=1, keepdims=True)
+
+    def essential_work(self, config):
+        # The row sum of x @ W.T + b is the mat-vec x @ (sum_j W_j) + sum(b), and the reductions
+        # after it are over a size-1 axis: every input read, 2 M K FLOPs.
+        return float(io_bytes(self, config)), 2.0 * config["batch_size"] * config["in_features"]
 
     template_part = """
     def epilogue(acc, b):
@@ -659,6 +675,12 @@ class MatmulAvgpoolGeluScaleMax(RowMatmulWorkload):
         v = linear(x, w, b)
         v = v.reshape(v.shape[0], -1, config["pool_kernel_size"]).mean(-1)
         return jnp.max(jax.nn.gelu(v) * config["scale_factor"], axis=1)
+
+    def essential_work(self, config):
+        # The average pool of x @ W + b is x @ (W averaged over each pool's columns) + pooled b:
+        # every input read, the matmul's FLOPs over N / pool_kernel_size columns.
+        m, k, n = config["batch_size"], config["in_features"], config["out_features"]
+        return float(io_bytes(self, config)), 2.0 * m * k * (n // config["pool_kernel_size"])
 
     template_part = """
     def epilogue(acc, b):

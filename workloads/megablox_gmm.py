@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .base import (
     WEIGHT_STRUCTURE,
@@ -50,6 +51,7 @@ from .base import (
     require_positive_ints,
     seeded_normal,
 )
+from .essential import spec_arrays
 
 BLOCKS_M = (128, 256, 512)
 BLOCKS_K = (256, 512, 1024)
@@ -134,6 +136,16 @@ class MegabloxGMM(Workload):
         # rolled scan's predicted time 128x too small (0.07 ms); the ops are the same.
         out, _ = jax.lax.scan(one_group, jnp.zeros((m, n), lhs.dtype), jnp.arange(rhs.shape[0]), unroll=True)
         return out
+
+    def essential_work(self, config):
+        # Only the rows in a group are multiplied (the reference multiplies a max_expert_size
+        # window per group): lhs rows in groups, rhs of non-empty groups, group_sizes, output.
+        sizes = spec_arrays(self, config, lambda lhs, rhs, group_sizes: group_sizes).astype(np.int64)
+        m, k, n = rows(config), config["emb_dim"], config["moe_mlp_dim"]
+        in_groups = min(int(sizes.sum()), m)
+        itemsize = self.dtype(config).itemsize
+        nbytes = (in_groups * k + int((sizes > 0).sum()) * k * n + m * n) * itemsize + sizes.size * 4
+        return float(nbytes), 2.0 * k * n * in_groups
 
     def schedule_space(self, config):
         dt = str(jnp.dtype(config["dtype"]))

@@ -44,6 +44,7 @@ from .base import (
     seeded_normal,
     tile_bytes,
 )
+from .essential import spec_arrays
 
 BLOCK_TOKENS = (64, 128, 256, 512)
 BLOCK_MLP = (128, 256, 512)
@@ -119,6 +120,17 @@ class MixtralMoE(Workload):
         one_hot = jax.nn.one_hot(top_idx, config["num_experts"], dtype=jnp.float32)  # (B, S, k, E)
         weights = jnp.sum(one_hot * probs[..., None], axis=-2)  # (B, S, E), f32
         return jnp.sum(y * weights[..., None], axis=-2)  # (B, S, D), f32
+
+    def essential_work(self, config):
+        # The router, then only each token's top-k experts (the reference runs all of them and
+        # weights the rest by 0): weights read only for experts some token routes to (seed 0).
+        k, e = config["num_experts_per_tok"], config["num_experts"]
+        used = spec_arrays(self, config, lambda x, router, *_: jnp.zeros(e, bool).at[
+            jax.lax.top_k(x @ router, k)[1].reshape(-1)].set(True))
+        t, d, f = config["batch"] * config["seq_len"], config["emb_dim"], config["mlp_dim"]
+        itemsize = self.dtype(config).itemsize
+        nbytes = (t * d + d * e + int(used.sum()) * 3 * d * f) * itemsize + t * d * 4  # f32 output
+        return float(nbytes), 2.0 * t * d * e + 2.0 * t * k * 3 * d * f
 
     def schedule_space(self, config):
         dt = str(jnp.dtype(config["dtype"]))

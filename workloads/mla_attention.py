@@ -51,6 +51,7 @@ from .base import (
     seeded_normal,
     tile_bytes,
 )
+from .essential import causal_pairs, io_bytes
 
 BLOCKS = (128, 256, 512, 1024, 2048)
 # The root-mean-square of x at seeds other than 0 (see the docstring).
@@ -138,6 +139,17 @@ class MLAAttention(Workload):
         scores = jnp.where(jnp.tril(jnp.ones((S, S), dtype=jnp.bool_)), scores, -1e9)
         attn = jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(scores, axis=-1), v)
         return jnp.dot(attn.transpose(0, 2, 1, 3).reshape(B, S, H * vd), o_proj)
+
+    def essential_work(self, config):
+        # The projections in full; the causal attention's QKᵀ (192 dims) and PV (128) only for
+        # the S(S+1)/2 (query, key) pairs at or below the diagonal. (Absorbing k_up/v_up into
+        # the latent, as decode does, costs more here: 576-dim scores and 512-dim values.)
+        B, S, E, H = config["batch"], config["seq_len"], config["emb_dim"], config["num_heads"]
+        ql, kvl = config["q_lora_rank"], config["kv_lora_rank"]
+        nope, rope, vd = config["qk_nope_head_dim"], config["qk_rope_head_dim"], config["v_head_dim"]
+        proj = 2 * B * S * (E * ql + ql * H * (nope + rope) + E * (kvl + rope) + kvl * H * (nope + vd) + H * vd * E)
+        attn = 2 * B * H * causal_pairs(S) * (nope + rope + vd)
+        return float(io_bytes(self, config)), float(proj + attn)
 
     def schedule_space(self, config):
         dt = str(jnp.dtype(config["dtype"]))

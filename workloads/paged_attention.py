@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .base import (
     Knob,
@@ -59,6 +60,7 @@ from .base import (
     seeded_normal,
     tile_bytes,
 )
+from .essential import referenced_tokens, spec_arrays
 
 PAGE_BLOCKS = (4, 8, 16, 32)
 MASK_VALUE = -1e30
@@ -147,6 +149,18 @@ class PagedAttention(Workload):
             return jnp.einsum("hqk,khd->qhd", attn, v).squeeze(0)
 
         return jax.vmap(attend_one_seq)(jnp.arange(config["num_seqs"]))
+
+    def essential_work(self, config):
+        # Only the KV tokens some sequence references (t < kv_len, through its page table; at
+        # seed 0 all of them) are read and scored, and only the query rows cu_q_lens points at.
+        kv_lens, pages, cu = spec_arrays(self, config, lambda q, k, v, kv_lens, pages, cu: (kv_lens, pages, cu))
+        n, hq, hkv, d, ps = (config[k] for k in ("num_seqs", "num_query_heads", "num_kv_heads", "head_dim",
+                                                  "page_size"))
+        itemsize = self.dtype(config).itemsize
+        nbytes = (2 * referenced_tokens(pages, kv_lens[:n], ps) * hkv * d * itemsize  # K and V
+                  + (np.unique(cu[:n]).size + n) * hq * d * itemsize  # the query rows read, the output
+                  + kv_lens.nbytes + pages.nbytes + cu.nbytes)
+        return float(nbytes), 2.0 * 2 * hq * d * float(kv_lens[:n].sum())
 
     def schedule_space(self, config):
         dt = str(jnp.dtype(config["dtype"]))

@@ -70,6 +70,7 @@ from .base import (
     seeded_normal,
     tile_bytes,
 )
+from .essential import causal_pairs, referenced_tokens, spec_arrays
 
 MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)
 ROW_CHUNK = 64  # query rows per step of the reference's per-sequence loop
@@ -222,6 +223,20 @@ class RaggedPagedAttention(Workload):
             n_chunks = jnp.where(i < num_seqs[0], (q_len + chunk - 1) // chunk, 0)
             output = jax.lax.fori_loop(0, n_chunks, rows_chunk, output)
         return output
+
+    def essential_work(self, config):
+        # Per active sequence with queries: its query rows, the KV tokens t < kv_len through its
+        # page table, and QKᵀ and PV for the causal pairs only (row r sees t <= kv_len - q_len + r).
+        kv_lens, pages, cu, num_seqs = spec_arrays(self, config, lambda q, kv, *ints: ints)
+        hq, hkv, d, ps = (config[k] for k in ("num_q_heads", "num_kv_heads", "head_dim", "page_size"))
+        itemsize = self.dtype(config).itemsize
+        q_lens = np.diff(cu)[:num_seqs[0]]
+        live = np.flatnonzero(q_lens > 0)
+        pairs = sum(causal_pairs(int(q_lens[i]), int(kv_lens[i])) for i in live)
+        nbytes = (2 * hkv * d * itemsize * referenced_tokens(pages[live], kv_lens[live], ps)  # K and V
+                  + (q_lens.sum() + config["max_num_batched_tokens"]) * hq * d * itemsize  # query rows, output
+                  + kv_lens.nbytes + pages.nbytes + cu.nbytes + num_seqs.nbytes)
+        return float(nbytes), 2.0 * 2 * hq * d * pairs
 
     def schedule_space(self, config):
         dt = str(jnp.dtype(config["dtype"]))

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .base import (
     Knob,
@@ -31,6 +32,7 @@ from .base import (
     seeded_normal,
     tile_bytes,
 )
+from .essential import io_bytes
 
 BLOCKS = (128, 256, 512, 1024)
 
@@ -72,6 +74,18 @@ class RetNetRetention(Workload):
         retention_sum = jnp.maximum(jnp.sum(jnp.abs(qk), axis=-1, keepdims=True), 1.0)
         qk = qk / retention_sum
         return jnp.einsum("bhst,bhtd->bhsd", qk.astype(query.dtype), value)
+
+    def essential_work(self, config):
+        # The normaliser sums |q_i·k_j| decay_ij, so QKᵀ is needed for every causal pair whose f32
+        # decay is a normal number (below it TPU flushes to 0: only head 0's farthest keys); the
+        # numerator q_i · sum_j decay_ij k_j v_jᵀ may instead use the recurrent form, a DxD state
+        # update and readout per position (4 S D² per head), when that is cheaper than PV.
+        b, h, s, d = self.shape(config)
+        gammas = 1.0 - np.exp2(-5.0 - np.arange(h, dtype=np.float32))
+        decay = np.exp(np.log(gammas)[:, None] * np.arange(s, dtype=np.float32)[None, :])  # (head, distance)
+        pairs = ((decay >= np.finfo(np.float32).tiny) * (s - np.arange(s))).sum(axis=1)  # per head
+        flops = b * sum(2 * d * p + min(2 * d * p, 4 * s * d * d) for p in pairs.tolist())
+        return float(io_bytes(self, config)), float(flops)
 
     def schedule_space(self, config):
         dt = str(jnp.dtype(config["dtype"]))
