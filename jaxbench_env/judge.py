@@ -320,8 +320,12 @@ def essential_work(wl) -> tuple[float, float]:
 
 def _bounds(breakdown) -> list[str]:
     """The bounds, rather than the model, that set part of a prediction."""
+    from jaxbench_env.sim import hlo
+
     kernels = breakdown.features.kernels
     found = []
+    if any(hlo.ALL_BRANCHES in note for note in breakdown.notes):
+        found.append("upper bound: every branch of a conditional")
     if any(k.grid_bound is not None for k in kernels):
         found.append("upper bound: a grid sized at run time")
     if any(k.dynamic_index for k in kernels):
@@ -334,7 +338,7 @@ def _simulate(wl, compiled, profiles, exported=None) -> tuple[float, dict]:
     program; ``exported`` (a candidate's full-size program) supplies the kernels'
     scalar-prefetch tables, evaluated on the spec's inputs. No prediction is below the
     workload's physical floor: one under it is raised to it, and says so."""
-    from jaxbench_env.sim import V6E, mosaic, predict_program
+    from jaxbench_env.sim import V6E, hlo, mosaic, predict_program
     from jaxbench_env.sim.prefetch import prefetch_tables
 
     prefetch = None
@@ -346,6 +350,11 @@ def _simulate(wl, compiled, profiles, exported=None) -> tuple[float, dict]:
                                    mosaic.stablehlo_custom_calls(exported.mlir_module()))
         prefetch = [tables[j] if j is not None else None for j in order]
     breakdown = predict_program(compiled, V6E, profiles, prefetch)
+    unknown = [note for note in breakdown.notes if hlo.UNKNOWN_TRIP in note]
+    if exported is not None and unknown:  # a candidate's: priced once, it could hide any work
+        raise Rejected("a loop outside the kernels whose trip count the compiler cannot determine (its bound is "
+                       "computed from data) cannot be priced: give it static bounds, or move it into a kernel "
+                       f"({unknown[0].split(':')[0]})")
     if exported is not None and unverified:
         breakdown.notes.append("output coverage not verified: " + "; ".join(unverified))
     nbytes, flops = essential_work(wl)

@@ -339,3 +339,38 @@ def test_info_says_whether_a_bound_set_the_time(env):
     floored = EvalResult("gemm", "sim", "v6e-sim", True, True, time_ms=1.0,
                          details={"sim": {"bounds": ["physical floor"]}})
     assert floored.trusted_timing is False and floored.to_dict()["trusted_timing"] is False
+
+
+def test_work_in_a_loop_of_unknown_trip_count_is_rejected(env, honest_reward):
+    # Four quarter-products in a loop whose bound is computed from the data: the compiler
+    # cannot count its trips, so it would be priced once (a 4x reward for nothing).
+    cheat = src("""
+        def workload(a, b):
+            n = (a[0, 0] * 0).astype(jnp.int32) + 4
+            def body(i, acc):
+                return acc + jnp.dot(a, b, preferred_element_type=jnp.float32) / 4
+            out = jax.lax.fori_loop(0, n, body, jnp.zeros((a.shape[0], b.shape[1]), jnp.float32))
+            return out.astype(a.dtype)
+    """)
+    info = assert_penalized(env, cheat, "trip count", "cannot be priced")
+    assert info["compiled"]
+    assert_next_honest_is_unaffected(env, honest_reward)
+
+
+def test_a_conditional_is_priced_at_both_branches_and_said(tmp_path):
+    # Two branches, one runs: the price is an upper bound, and the result says so.
+    source = src("""
+        def workload(a, b):
+            dot = lambda: jnp.dot(a, b, preferred_element_type=jnp.float32).astype(a.dtype)
+            return jax.lax.cond(a[0, 0] > 100, dot, lambda: dot() * 1)
+    """)
+    ev = Evaluator("gemm", CONFIG, backend="sim", cache_dir=tmp_path)
+    try:
+        honest = ev.evaluate(Candidate(HONEST, {}))
+        branched = ev.evaluate(Candidate(source, {}))
+    finally:
+        ev.close()
+    assert branched.ok and branched.correct, branched.error
+    assert branched.details["sim"]["bounds"] == ["upper bound: every branch of a conditional"]
+    assert branched.trusted_timing is False and honest.trusted_timing is True
+    assert branched.time_ms > 1.5 * honest.time_ms  # both dots charged

@@ -27,6 +27,9 @@ _ITEMSIZE = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "bf16": 2, "f16": 
 _ARRAY = re.compile(r"(\w+)\[([\d,]*)\](?:\{([^}]*)\})?")
 _INSTR = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = (.+?) ([\w\-]+)\((.*?)\)(, .*)?$")
 _COMPUTATION = re.compile(r"^(ENTRY )?%([\w.\-]+) .*\{$")
+# Phrases of the notes that mark a guess (the judge reads them).
+UNKNOWN_TRIP = "trip count unknown"
+ALL_BRANCHES = "an upper bound: one runs"
 _FREE = {"parameter", "get-tuple-element", "tuple", "bitcast", "constant", "after-all",
          "partition-id", "replica-id", "opt-barrier"}
 
@@ -183,14 +186,14 @@ def program_ops(text: str) -> tuple[list[XlaOp], list[str]]:
                 cond = re.search(r"condition=%([\w.\-]+)", attrs)
                 trip = _trip_count(attrs, comps.get(cond.group(1), []) if cond else [])
                 if trip is None:
-                    notes.append(f"while loop {name}: trip count unknown, its body priced once")
+                    notes.append(f"while loop {name}: {UNKNOWN_TRIP}, its body priced once")
                 if body:
                     walk(body.group(1), times * (trip or 1))
                 continue
             if opcode == "conditional":
                 branches = re.findall(r"(?:branch_computations=\{|true_computation=|false_computation=|, )%([\w.\-]+)",
                                       attrs.split(", metadata=")[0])
-                notes.append(f"conditional {name}: all {len(branches)} branches priced (an upper bound: one runs)")
+                notes.append(f"conditional {name}: all {len(branches)} branches priced ({ALL_BRANCHES})")
                 for branch in branches:
                     walk(branch, times)
                 continue
