@@ -1,4 +1,4 @@
-"""Compiling for a TPU v6e without one: libtpu's ahead-of-time compiler on the CPU.
+"""Compiling for a TPU v6e (or v5e) without one: libtpu's ahead-of-time compiler on the CPU.
 
 ``prepare_process`` must run before jax is imported in a process that compiles for v6e
 (the evaluation workers do it first thing).
@@ -25,13 +25,17 @@ def prepare_process(backend: str = "sim") -> None:
         bundles.enable()  # libtpu reads its dump flags once, when it loads
 
 
-_TOPOLOGY_DEVICE = None
+_TOPOLOGY_DEVICES: dict = {}
+# Compile targets by chip: libtpu's topology names (a 1x1 slice of each).
+TOPOLOGIES = {"v6e": "v6e:1x1", "v5e": "v5e:1x1"}
 
 
-def v6e_device():
-    """A v6e device from a 1x1 topology description: a compile target, not a runtime."""
-    global _TOPOLOGY_DEVICE
-    if _TOPOLOGY_DEVICE is None:
+def device(chip: str = "v6e"):
+    """A device of ``chip`` ("v6e" or "v5e") from a 1x1 topology description: a compile
+    target, not a runtime."""
+    if chip not in TOPOLOGIES:
+        raise ValueError(f"no compile target for chip {chip!r} (known: {', '.join(TOPOLOGIES)})")
+    if chip not in _TOPOLOGY_DEVICES:
         from jax.experimental import topologies
 
         from jaxbench_env.sim import bundles
@@ -39,11 +43,16 @@ def v6e_device():
         bundles.enable()  # in case prepare_process did not run: too late if libtpu is loaded
 
         topo = topologies.get_topology_desc(
-            platform="tpu", topology_name="v6e:1x1", chip_config_name="default",
+            platform="tpu", topology_name=TOPOLOGIES[chip], chip_config_name="default",
             chips_per_host_bounds=(1, 1, 1), num_slices=1,
         )
-        _TOPOLOGY_DEVICE = topo.devices[0]
-    return _TOPOLOGY_DEVICE
+        _TOPOLOGY_DEVICES[chip] = topo.devices[0]
+    return _TOPOLOGY_DEVICES[chip]
+
+
+def v6e_device():
+    """A v6e device from a 1x1 topology description: a compile target, not a runtime."""
+    return device("v6e")
 
 
 def tpu_present() -> bool:
@@ -62,9 +71,14 @@ def compile_for_v6e(fn: Callable, specs: Sequence):
     Returns (traced, compiled): the traced jaxpr (for the simulator) and the compiled
     executable (cost analysis, HLO). Mosaic and XLA errors propagate as raised.
     """
+    return compile_for(fn, specs, "v6e")
+
+
+def compile_for(fn: Callable, specs: Sequence, chip: str = "v6e"):
+    """``compile_for_v6e`` for the compile target ``chip`` ("v6e" or "v5e")."""
     import jax
 
-    dev = v6e_device()
+    dev = device(chip)
     sharding = jax.sharding.SingleDeviceSharding(dev)
     args = [jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding) for s in specs]
     # Some Mosaic lowering rules consult the default device and reject the CPU.

@@ -6,7 +6,7 @@
     jaxbench optimize gemm --policy greedy --steps 20 --out runs/gemm [--json]
     jaxbench optimize gemm --policy llm --base-url http://127.0.0.1:8000/v1 --model m --steps 5 --out runs/llm
     jaxbench optimize gemm --policy expert --steps 1 --out runs/gemm-expert
-    jaxbench sim-report [--json]
+    jaxbench sim-report [--json] [--pallas-validation [--rpa-shapes N]]
 
 Times are predictions of the v6e simulator when the timing source is "v6e-sim" (no TPU
 here) and measurements on a TPU otherwise. Bad input exits with status 2 and one line on
@@ -306,6 +306,8 @@ def cmd_sim_report(args) -> int:
     rep = calibrate.report(rows, calibration())
     rep["gemm_sweep"] = calibrate.gemm_sweep(args.cache_dir)
     if args.json:
+        if args.pallas_validation:
+            rep["pallas_validation"] = pallas_validation(args.rpa_shapes, as_json=True)
         print(json.dumps(rep, indent=1))
         return 0
     print(f"\nv6e simulator (calibration {rep['calibration']}) against published v6e medians "
@@ -329,7 +331,28 @@ def cmd_sim_report(args) -> int:
         time_txt = f"{t['time_ms']:.3f} ms ({t['steps']} steps, compute from {t['compute_from']})" \
             if t["time_ms"] is not None else f"rejected: {short(t['error'], 70)}"
         print(f"  {sched:<52} {time_txt}")
+    if args.pallas_validation:
+        pallas_validation(args.rpa_shapes)
     return 0
+
+
+def pallas_validation(rpa_shapes: int, as_json: bool = False):
+    """The simulator against public Pallas timings (``jaxbench_env.validation``: the matmul
+    guide's v5e rows and jax's tuned RPA blocks), in a fresh process: its compiles need
+    ``aot.prepare_process`` before libtpu loads. Prints its tables, or returns its JSON."""
+    import subprocess
+
+    cmd = [sys.executable, "-m", "jaxbench_env.validation", "--rpa-shapes", str(rpa_shapes)]
+    if as_json:
+        proc = subprocess.run(cmd + ["--json", "--quiet"], stdout=subprocess.PIPE, text=True)
+        if proc.returncode:
+            return {"error": f"python -m jaxbench_env.validation exited with status {proc.returncode}"}
+        return json.loads(proc.stdout)
+    print("\nPallas kernels against public timings outside the fitted set (progress on stderr):", flush=True)
+    proc = subprocess.run(cmd)
+    if proc.returncode:
+        print(f"pallas validation failed: exit status {proc.returncode}")
+    return None
 
 
 # --- parser ------------------------------------------------------------------------------
@@ -365,8 +388,13 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--base-url", help="OpenAI-compatible endpoint for --policy llm, e.g. http://127.0.0.1:8000/v1")
     o.add_argument("--model", help="model name for --policy llm")
     o.add_argument("--api-key", default="none", help="API key for --policy llm")
-    sub.add_parser("sim-report", parents=[common],
-                   help="the v6e simulator against published v6e times, and a gemm block-size sweep")
+    sr = sub.add_parser("sim-report", parents=[common],
+                        help="the v6e simulator against published v6e times, and a gemm block-size sweep")
+    sr.add_argument("--pallas-validation", action="store_true",
+                    help="then the simulator against public Pallas timings never fitted on: the Pallas TPU "
+                         "matmul guide's v5e times and jax's tuned ragged-paged-attention blocks")
+    sr.add_argument("--rpa-shapes", type=int, default=6,
+                    help="tuned RPA shapes swept by --pallas-validation (default 6)")
     return p
 
 

@@ -330,6 +330,7 @@ def _bounds(breakdown) -> list[str]:
         found.append("upper bound: a grid sized at run time")
     if any(k.dynamic_index for k in kernels):
         found.append("upper bound: index maps not evaluable (a fresh block every step)")
+    found.extend(f"upper bound: {note}" for k in kernels for note in k.notes)
     return found
 
 
@@ -349,7 +350,10 @@ def _simulate(wl, compiled, profiles, exported=None) -> tuple[float, dict]:
         order = mosaic.match_calls(mosaic.hlo_custom_calls(compiled.as_text()),
                                    mosaic.stablehlo_custom_calls(exported.mlir_module()))
         prefetch = [tables[j] if j is not None else None for j in order]
-    breakdown = predict_program(compiled, V6E, profiles, prefetch)
+    try:
+        breakdown = predict_program(compiled, V6E, profiles, prefetch)
+    except mosaic.Unpriceable as e:  # work the simulator cannot bound: no price, no reward
+        raise Rejected(f"the simulator cannot price this program: {e}") from None
     unknown = [note for note in breakdown.notes if hlo.UNKNOWN_TRIP in note]
     if exported is not None and unknown:  # a candidate's: priced once, it could hide any work
         raise Rejected("a loop outside the kernels whose trip count the compiler cannot determine (its bound is "
@@ -361,12 +365,13 @@ def _simulate(wl, compiled, profiles, exported=None) -> tuple[float, dict]:
     floor_s = V6E.floor_s(nbytes, flops)
     seconds = max(breakdown.time_s, floor_s)
     details = {**breakdown.to_dict(), "time_s": seconds}
+    details["caveats"] = details.pop("notes")  # every assumption the price rests on
     details["floor"] = {"time_s": floor_s, "essential_bytes": nbytes, "essential_flops": flops,
                         "model_time_s": breakdown.time_s, "applied": breakdown.time_s < floor_s}
     details["bounds"] = _bounds(breakdown)
     if breakdown.time_s < floor_s:
         details["bounds"].append("physical floor")
-        details["notes"].append(
+        details["caveats"].append(
             f"the model's {breakdown.time_s * 1e3:.3f} ms is under the physical floor, {floor_s * 1e3:.3f} ms "
             f"(the workload's essential {nbytes / 1e9:.3g} GB at peak HBM bandwidth or {flops / 1e12:.3g} TFLOP "
             "at the peak MXU rate): the time is the floor, not the model's")

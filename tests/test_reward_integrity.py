@@ -327,7 +327,7 @@ def test_no_prediction_is_under_the_physical_floor(monkeypatch):
     raised, details = judge._simulate(wl, compiled, profiles)
     assert details["floor"]["applied"] and raised == details["time_s"] == details["floor"]["time_s"]
     assert raised == pytest.approx(1000 * V6E.floor_s(nbytes, flops)) and raised > 100 * seconds
-    assert any("under the physical floor" in n for n in details["notes"]), details["notes"]
+    assert any("under the physical floor" in n for n in details["caveats"]), details["caveats"]
     assert details["bounds"] == ["physical floor"]
 
 

@@ -11,8 +11,10 @@ fit re-prices stored features without compiling again:
   ``overhead + combine(bundles / clock, HBM bytes / bandwidth)``;
 - a Pallas kernel costs, per grid step, ``combine(overlapped DMA, compute) + serial DMA +
   step overhead``, plus the unhidden first fetch and last write-back and the bundles
-  outside its grid loop; compute is the kernel's bundles per grid iteration where they
-  can be read, else its body's MXU, vector and transcendental work at peak rates.
+  outside its grid loop; compute is the kernel's bundles at that step where they can be
+  read (its loops counted by the iterations they run at that step, its branches by the
+  side that runs: ``mosaic.step_bundles``), else its body's MXU, vector and
+  transcendental work at peak rates (on average per step).
 
 ``combine(c, m) = (c**p + m**p)**(1/p)`` with the fitted ``overlap`` p.
 """
@@ -27,7 +29,7 @@ from .hardware import V6E, Calibration, Chip, calibration
 from .pallas import KernelFeatures, kernel_features, pallas_call_eqns
 
 # Bump when what ``program_features`` extracts changes: cached results then miss.
-FEATURES_VERSION = 3
+FEATURES_VERSION = 4
 
 
 @dataclass
@@ -128,16 +130,19 @@ def program_features(compiled, profiles: dict | None = None, prefetch: list | No
         raise ValueError(f"{len(prefetch)} prefetch entries for the compiled program's {len(calls)} "
                          "tpu_custom_calls (put them in its order with mosaic.match_calls)")
     by_name = {op.name: op for op in ops}
+    profiles = profiles or {}
     kernels, kernel_ops = [], []
     for i, call in enumerate(calls):
         if not call.pallas:  # the compiler's own Mosaic kernel: an XLA op like any other
             continue
-        kernels.append(mosaic.kernel_features(call, prefetch[i] if prefetch is not None else None))
-        kernel_ops.append(by_name.get(call.name))
+        op = by_name.get(call.name)
+        profile = profiles.get(op.name) if op is not None else None
+        kernels.append(mosaic.kernel_features(call, prefetch[i] if prefetch is not None else None, profile))
+        kernel_ops.append(op)
     if any(op is None for op in kernel_ops):
         notes.append("some kernels are outside the ops the program runs at top level or in its loops: "
                      "priced as running once")
-    return _features(compiled, ops, notes, kernels, kernel_ops, profiles or {})
+    return _features(compiled, ops, notes, kernels, kernel_ops, profiles, read=True)
 
 
 def jaxpr_program_features(jaxpr, compiled, profiles: dict | None = None,
@@ -156,15 +161,20 @@ def jaxpr_program_features(jaxpr, compiled, profiles: dict | None = None,
 
 
 def _features(compiled, ops: list[hlo.XlaOp], notes: list, kernels: list[KernelFeatures], kernel_ops: list,
-              profiles: dict) -> ProgramFeatures:
-    """Program features from its ops and its kernels (each with its op in ``ops``, or None)."""
+              profiles: dict, read: bool = False) -> ProgramFeatures:
+    """Program features from its ops and its kernels (each with its op in ``ops``, or None).
+    ``read``: the kernels' bundles were already read with their features (the Mosaic path);
+    else (the jaxpr path) every grid step is given the bundles per grid-loop iteration."""
     for k, op in zip(kernels, kernel_ops):
-        profile = profiles.get(op.name) if op is not None else None
+        profile = profiles.get(op.name) if op is not None and not read else None
         k.times = op.times if op is not None else 1
+        for note in k.notes:
+            if note not in notes:
+                notes.append(note)
         if profile is not None:
             outside, per_iteration, trip = profile.per_iteration()
-            if profile.outer_loop() is None:  # one grid step: no loop
-                k.bundles_per_step, k.bundles_outside = float(profile.static) / k.steps, 0.0
+            if profile.outer_loop() is None or k.steps == 1:  # one grid step: no grid loop
+                k.bundles_per_step, k.bundles_outside = profile.dynamic / k.steps, 0.0
             else:  # the grid loop runs steps + 2 pipeline stages (trip None: sized at run time)
                 k.bundles_per_step = per_iteration * trip / k.steps if trip else per_iteration
                 k.bundles_outside = outside
@@ -209,19 +219,22 @@ def price_op(op: OpFeatures, chip: Chip, cal: Calibration) -> float:
 def price_kernel(k: KernelFeatures, chip: Chip, cal: Calibration) -> dict:
     bandwidth = chip.hbm_bytes_per_s * cal.hbm_efficiency
     if k.bundles_per_step is not None:
-        compute = k.bundles_per_step / cal.bundle_rate_hz
+        per_row = k.row_bundles if k.row_bundles is not None else [k.bundles_per_step] * len(k.traffic)
+        computes = [b / cal.bundle_rate_hz for b in per_row]
         source = "bundles"
     else:
         compute = (k.flops / chip.mxu_flops_per_s + k.vector_ops / cal.vector_ops_per_s
                    + k.transcendentals / cal.transcendentals_per_s)
+        computes = [compute] * len(k.traffic)
         source = "analytic"
     steps_s = sum(count * (combine(compute, overlapped / bandwidth, cal.overlap) + serial / bandwidth
                            + cal.step_overhead_s)
-                  for overlapped, serial, count in k.traffic)
+                  for (overlapped, serial, count), compute in zip(k.traffic, computes))
+    compute_s = sum(count * compute for (_, _, count), compute in zip(k.traffic, computes))
     time_s = (cal.op_overhead_s + steps_s + (k.fill_bytes + k.drain_bytes) / bandwidth
               + k.bundles_outside / cal.bundle_rate_hz)
     return {"name": k.name, "grid": list(k.grid), "steps": k.steps, "times": k.times, "time_s": k.times * time_s,
-            "compute_s": k.times * compute * k.steps, "dma_s": k.times * k.hbm_bytes / bandwidth,
+            "compute_s": k.times * compute_s, "dma_s": k.times * k.hbm_bytes / bandwidth,
             "hbm_bytes": k.times * k.hbm_bytes, "vmem_bytes": k.vmem_bytes, "compute_from": source}
 
 

@@ -9,7 +9,9 @@ copies a body issues itself (``dma_start``) count by the bytes of their destinat
 
 The body's work per step (MXU flops of ``dot_general``, vector and transcendental element
 ops) is the analytic fallback for compute; the compiled kernel's bundles replace it where
-they can be read (``bundles.py``). Both branches of a ``cond`` (``pl.when``) count.
+they can be read (``bundles.py``). On this (jaxpr) path both branches of a ``cond``
+(``pl.when``) count and a ``while`` loop once; the Mosaic path (``mosaic.py``) evaluates
+trip counts and branches at every grid step, and gives ``assemble`` each step's bundles.
 
 From block indices per step to traffic rows (``assemble``) is shared with ``mosaic.py``,
 which reads the same kernel from the Mosaic module inside its ``tpu_custom_call`` (what the
@@ -19,7 +21,7 @@ judge compiles, with no jaxpr) and must give the same features.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -43,17 +45,21 @@ class KernelFeatures:
     fill_bytes: float  # the first step's overlapped fetch, not hidden
     drain_bytes: float  # the last step's overlapped write-back, not hidden
     hbm_bytes: float
-    flops: float  # per step, from here down
+    flops: float  # per step on average, from here down (what runs at each step)
     vector_ops: float
     transcendentals: float
     vmem_bytes: int
     out_shapes: tuple = ()
-    bundles_per_step: float | None = None  # from the compiled kernel, where readable
+    bundles_per_step: float | None = None  # from the compiled kernel, where readable: the mean over steps
     bundles_outside: float = 0.0  # prologue and epilogue around the grid loop
+    # Bundles of one step for each traffic row (the steps of a row issue the same bundles);
+    # None: every step issues ``bundles_per_step``.
+    row_bundles: list | None = None
     dynamic_index: bool = False  # scalar-prefetch index maps: a fresh block every step assumed
     grid_bound: int | None = None  # the bound used for a data-dependent grid axis
     manual_dma: bool = False
     times: int = 1  # runs per program (inside a loop: lax.map over a batch)
+    notes: list = field(default_factory=list)  # what pricing this kernel had to assume
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -334,15 +340,46 @@ class Stream:
     buffers: int
 
 
+def _distinct_rows(columns: list) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct rows of equally long columns, in lexicographic order, and how often each
+    occurs (``np.unique(..., axis=0)``, without its slow row sort: each column is ranked on
+    its own, and the rows counted by one combined integer key)."""
+    key = np.zeros(len(columns[0]), np.int64)
+    values = []
+    for col in columns:
+        col = np.asarray(col)
+        found = np.unique(col)
+        values.append(found)
+        if len(found) > 1:
+            key = key * len(found) + np.searchsorted(found, col)
+    sizes = [len(v) for v in values]
+    space = math.prod(sizes)
+    if space <= max(4 * len(key), 1 << 16):
+        counts = np.bincount(key, minlength=space)
+        keys = np.flatnonzero(counts)
+        counts = counts[keys]
+    else:
+        keys, counts = np.unique(key, return_counts=True)
+    rows = []
+    for found, size in zip(reversed(values), reversed(sizes)):  # decode the key, last column first
+        rows.append(found[keys % size] if size > 1 else np.full(len(keys), found[0]))
+        if size > 1:
+            keys = keys // size
+    return np.stack(rows[::-1], axis=1), counts
+
+
 def assemble(name: str, grid: tuple, streams: list[Stream], work: tuple, vmem_bytes: int, out_shapes: tuple,
-             grid_bound: int | None = None) -> KernelFeatures:
+             grid_bound: int | None = None, bundles=None) -> KernelFeatures:
     """A kernel's features from its grid, its pipelined operands' block indices per step, and
-    its body's work per step ((flops, vector ops, transcendentals, hand-issued DMA bytes)).
+    its body's work per step ((flops, vector ops, transcendentals, hand-issued DMA bytes):
+    the DMA bytes a number or one value per step); ``bundles``: the compiled kernel's bundles
+    at each step (an array), if read.
 
     An input block is fetched when its index differs from the previous step's (always at the
     first); an output block is written back when its index is about to change (always at the
     last). A stream whose indices are unknown moves a block every step. Two or more buffers
-    overlap that traffic with compute; one serialises it."""
+    overlap that traffic with compute; one serialises it. Steps are grouped into traffic rows
+    by their bytes and bundles."""
     flops, vec, trans, manual_dma = work
     steps = math.prod(grid) if grid else 1
     overlapped = np.zeros(steps)
@@ -357,16 +394,22 @@ def assemble(name: str, grid: tuple, streams: list[Stream], work: tuple, vmem_by
     # Copies the body issues itself: assumed overlapped with compute, as kernels that
     # gather pages by hand start the next step's copies before waiting on their own.
     overlapped += manual_dma
-    rows, counts = np.unique(np.stack([overlapped, serial], axis=1).reshape(steps, 2), axis=0, return_counts=True)
+    columns = [overlapped, serial]
+    varying = bundles is not None and np.ndim(bundles) and steps > 1 and np.ptp(bundles) > 0
+    if varying:
+        columns.append(np.asarray(bundles, np.float64))
+    rows, counts = _distinct_rows(columns)
+    mean_bundles = float(np.mean(bundles)) if bundles is not None else None
     return KernelFeatures(
         name=name, grid=tuple(int(g) for g in grid), steps=steps,
-        traffic=[[float(o), float(s), int(c)] for (o, s), c in zip(rows, counts)],
+        traffic=[[float(r[0]), float(r[1]), int(c)] for r, c in zip(rows, counts)],
         fill_bytes=float(overlapped[0]) if steps else 0.0, drain_bytes=float(overlapped[-1]) if steps > 1 else 0.0,
         hbm_bytes=float(overlapped.sum() + serial.sum()),
         flops=float(flops), vector_ops=float(vec), transcendentals=float(trans), vmem_bytes=int(vmem_bytes),
         out_shapes=tuple(tuple(int(d) for d in shape) for shape in out_shapes),
         dynamic_index=any(s.indices is None for s in streams), grid_bound=grid_bound,
-        manual_dma=manual_dma > 0,
+        manual_dma=bool(np.any(np.asarray(manual_dma) > 0)), bundles_per_step=mean_bundles,
+        row_bundles=[float(r[2]) for r in rows] if varying else None,
     )
 
 

@@ -1,0 +1,95 @@
+"""The Pallas validation's data and pieces (``jaxbench_env.validation``): the matmul guide's
+rows, the RPA shape sampler, batch and legal pairs, and one compile and prediction of jax's
+ragged paged attention kernel with concrete scalar-prefetch tables."""
+
+from jaxbench_env.aot import prepare_process
+
+prepare_process()
+
+import pytest  # noqa: E402
+
+from jaxbench_env import validation as v  # noqa: E402
+
+
+def test_matmul_guide_csv_has_the_guides_rows():
+    rows = v.load_matmul_guide()
+    assert len(rows) == 21
+    pallas = [r for r in rows if r["variant"] != "xla"]
+    assert {r["variant"] for r in pallas} == {"plain", "transpose_rhs", "relu"}
+    assert {(r["bm"], r["bk"], r["bn"]) for r in pallas} == {(128, 128, 128), (512, 1024, 1024)}
+    assert {r["m"] for r in rows} == {1024, 4096, 8192}
+    assert len({(r["variant"], r["m"], r["bm"]) for r in rows}) == 21
+    for r in rows:
+        assert r["dtype"] == "bfloat16" and r["m"] == r["k"] == r["n"]
+        # the guide's own arithmetic: FLOP/s = 2mkn / time, utilization against 197 TFLOP/s
+        assert r["measured_flops_per_s"] == pytest.approx(2 * r["m"] ** 3 / r["measured_s"], rel=1e-9)
+        assert r["utilization_pct"] == pytest.approx(100 * r["measured_flops_per_s"] / 197e12, abs=1e-3)
+    plain = {(r["m"], r["bm"]): r["measured_s"] for r in pallas if r["variant"] == "plain"}
+    assert plain[(8192, 512)] == pytest.approx(6.099433819763363e-3)
+    assert plain[(4096, 128)] == pytest.approx(11.771515250438824e-3)
+    header = v.GUIDE_CSV.read_text().splitlines()[:3]
+    assert any("github.com/jax-ml/jax/blob/" in line and "matmul.ipynb" in line for line in header)
+
+
+def test_rpa_sampler_is_deterministic_and_spread():
+    shapes = v.sample_rpa_shapes(20, seed=0)
+    assert len(shapes) == 20 and len(set(shapes)) == 20
+    assert shapes == v.sample_rpa_shapes(20, seed=0)
+    assert shapes != v.sample_rpa_shapes(20, seed=1)
+    table = v.rpa_tuned_table("TPU v6")
+    for s in shapes:  # straight from the table
+        key = ("bfloat16", "bfloat16", s.num_q_heads, s.num_kv_heads, s.head_dim, s.page_size,
+               s.max_num_batched_tokens, s.max_model_len)
+        assert table[key] == s.tuned
+    assert len({(s.num_q_heads, s.num_kv_heads) for s in shapes}) >= 7  # every head pair of the table
+    assert len({s.page_size for s in shapes}) == 5
+    assert len({s.max_num_batched_tokens for s in shapes}) == 4
+    assert len({s.max_model_len for s in shapes}) >= 6
+
+
+def test_rpa_batch_fills_the_tokens_within_the_model_length():
+    for s in v.rpa_shapes():
+        b = v.rpa_batch(s)
+        assert sum(b.q_lens) == s.max_num_batched_tokens
+        assert all(1 <= q <= kv <= s.max_model_len for q, kv in zip(b.q_lens, b.kv_lens))
+        assert b.max_num_seqs % 8 == 0 and len(b.q_lens) <= b.max_num_seqs
+    s = v.RpaShape(8, 2, 128, 64, 4096, 1024, (16, 64))
+    b = v.rpa_batch(s)
+    assert b.q_lens[:128] == (1,) * 128 and b.q_lens[128:] == (512,) * 7 + (384,)
+    tables = v.rpa_tables(s)
+    assert tables["cu_q_lens"][-1] == 4096 and int(tables["num_seqs"][0]) == 136
+    assert sorted(tables["page_indices"].ravel()) == list(range(136 * 16))
+
+
+def test_rpa_legal_pairs():
+    # 1280-token model length in 128-token pages: 10 pages per sequence, so 16-page blocks are out.
+    s = v.RpaShape(8, 1, 128, 128, 2048, 1280, (4, 64))
+    assert s.pages_per_seq == 10
+    assert v.rpa_pairs(s) == [(kv, q) for kv in (4, 8) for q in (32, 64, 128, 256)]
+    # the tuned pair and its nearest neighbours
+    assert v.rpa_pairs(s, max_pairs=3) == [(4, 32), (4, 64), (4, 128)]
+    assert v.rpa_pairs(s, max_pairs=1) == [(4, 64)]
+    # 4 pages per sequence: only 4-page blocks
+    small = v.RpaShape(4, 2, 128, 16, 512, 64, (4, 64))
+    assert v.rpa_pairs(small) == [(4, 32), (4, 64), (4, 128), (4, 256)]
+    assert v.rpa_vmem_bytes(s, 8, 256) > v.rpa_vmem_bytes(s, 4, 32) > 0
+
+
+def test_one_rpa_compile_prices_with_concrete_tables():
+    s = v.RpaShape(4, 2, 128, 16, 512, 64, (4, 64))  # the smallest shape of the table
+    got = v.predict_rpa(s, 4, 64)
+    assert got["time_s"] > 0 and got["model_s"] > 0
+    assert not got["unevaluated_index_maps"]
+    assert not any(v.NOTE_UNEVALUATED in n for n in got["notes"])
+    [kernel] = got["kernels"]
+    assert kernel["name"] == "ragged_paged_attention_kernel" and kernel["steps"] == 512 // 64
+    assert kernel["compute_from"] == "bundles"
+
+
+def test_sim_report_has_the_pallas_validation_flag():
+    from jaxbench_env.cli import build_parser
+
+    args = build_parser().parse_args(["sim-report", "--pallas-validation", "--rpa-shapes", "2"])
+    assert args.pallas_validation and args.rpa_shapes == 2
+    args = build_parser().parse_args(["sim-report"])
+    assert not args.pallas_validation and args.rpa_shapes == 6
