@@ -26,6 +26,8 @@ import numpy as np
 
 from action_space.schedule import Knob, ScheduleSpace
 
+from .essential import aval_bytes
+
 # The check-size ladder stops below rungs whose inputs are larger than this: the judge
 # draws three seeds of them and runs the reference and the interpreted kernel on each.
 MAX_CHECK_INPUT_BYTES = 256 * 2**20
@@ -188,8 +190,7 @@ class Workload:
     def input_bytes(self, config: Mapping[str, Any]) -> int:
         import jax
 
-        return sum(math.prod(a.shape) * a.dtype.itemsize
-                   for a in jax.tree_util.tree_leaves(jax.eval_shape(lambda: self.make_inputs(config, 0))))
+        return sum(map(aval_bytes, jax.tree_util.tree_leaves(jax.eval_shape(lambda: self.make_inputs(config, 0)))))
 
     def _reference_jaxpr(self, config: Mapping[str, Any]):
         import jax
@@ -215,7 +216,7 @@ class Workload:
         experts of an MoE whose reference runs them all)."""
         closed = self._reference_jaxpr(config)
         avals = [*closed.in_avals, *closed.out_avals]
-        nbytes = sum(math.prod(a.shape) * a.dtype.itemsize for a in avals)
+        nbytes = sum(map(aval_bytes, avals))
         return float(nbytes), float(sum(times * _matmul_flops(eqn) for eqn, times in _eqns(closed.jaxpr)))
 
     def shrunk(self, config: Mapping[str, Any]) -> dict:
