@@ -71,6 +71,7 @@ MAX_FRAME_BYTES = 256 * 2**20
 MAX_RESULT_JSON_BYTES = 16 * 2**20
 MAX_STATUS_BYTES = 1 * 2**20
 LOG_KEEP_BYTES = 64 * 2**10  # of the job's output: this much of the head and of the tail
+MAX_OUTPUT_BYTES = 64 * 2**20  # a job writing more to stdout/stderr is stopped (a flood would run to its timeout)
 STARTUP_TIMEOUT_S = 300.0
 SUPERVISOR_GRACE_S = 30.0  # past the job's timeout, before the parent stops waiting
 MEMORY_POLL_S = 0.05
@@ -684,6 +685,8 @@ def _watch(pid: int, log_r: int, sync_r: int, got: dict, timeout: float, memory_
                 data = os.read(log_r, 1 << 16)
                 if data:
                     log.feed(data)
+                    if log.total > MAX_OUTPUT_BYTES:
+                        out["killed_for"] = "output"
                 else:
                     fds.remove(log_r)
             elif fd == sync_r:
@@ -695,6 +698,8 @@ def _watch(pid: int, log_r: int, sync_r: int, got: dict, timeout: float, memory_
                         timings["ready_s"] = time.monotonic() - t_fork
                 else:
                     fds.remove(sync_r)
+        if out["killed_for"]:
+            break
         if pidfd is None or pidfd in readable or sync_r not in fds:
             wpid, st = os.waitpid(pid, os.WNOHANG)
             if wpid:
@@ -1150,6 +1155,9 @@ class Sandbox:
             return fail(f"the sandbox's supervisor failed: {status['supervisor_error']}", tail, timings)
         if status.get("killed_for") == "timeout":
             return fail(f"timed out after {timeout:g} s", tail, timings)
+        if status.get("killed_for") == "output":
+            return fail(f"output limit exceeded: more than {MAX_OUTPUT_BYTES / 2**20:g} MiB written to stdout and "
+                        "stderr", tail, timings)
         if status.get("killed_for") == "memory":
             return fail(f"memory limit exceeded: {status.get('peak_memory', 0) / 2**30:.2f} GiB in use, limit "
                         f"{memory / 2**30:.2f} GiB", tail, timings)

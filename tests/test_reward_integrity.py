@@ -207,7 +207,7 @@ def test_the_candidate_sees_no_secret_no_network_and_no_writable_tree(env, hones
     ("os._exit(3)", "exited with code 3"),
     ("sys.setrecursionlimit(10**6)\ndef f(n): return f(n + 1)\nf(0)", ""),
     ("x = bytearray(100 * 2**30)", "MemoryError"),
-    ("while True: sys.stdout.write('x' * 2**20)", ""),
+    ("while True: sys.stdout.write('x' * 2**20)", "output limit exceeded"),
 ])
 def test_process_level_attacks_are_contained(env, honest_reward, attack, fragment):
     assert_penalized(env, "import os, signal, sys\n" + attack + "\n" + HONEST, fragment)
