@@ -263,11 +263,6 @@ def test_28k_size_rule_allows_matching_width():
     assert W.config["width"] == 16
 
 
-@pytest.mark.parametrize("i", IDS)
-def test_template_default_interpret(i):
-    assert_template_correct(CLASSES[i](), {})
-
-
 SCHEDULES = [
     ("18k", {"block_s": 256, "block_k": 128, "buffers": 1, "patches": "hbm"}),
     ("22k", {"block_k": 128, "buffers": 1, "patches": "hbm"}),

@@ -95,7 +95,7 @@ def test_space_rejects_impossible_schedules():
         CrossEntropy({"vocab_size": 128000 + 1})
 
 
-SCHEDULES = [{}, {"block_t": 1024, "block_v": 256, "buffers": 1}, {"block_t": 128, "block_v": 2048, "buffers": 1}]
+SCHEDULES = [{"block_t": 1024, "block_v": 256, "buffers": 1}, {"block_t": 128, "block_v": 2048, "buffers": 1}]
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES, ids=schedule_id)

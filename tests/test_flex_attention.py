@@ -99,7 +99,6 @@ def test_space_rejects_impossible_schedules():
 
 
 SCHEDULES = [
-    {},  # the template's defaults
     {"block_q": 1024, "block_k": 512, "batch_per_step": 2, "kv_index_map": "next_row"},  # kv blocks skipped
     {"block_q": 256, "block_k": 1024, "batch_per_step": 4, "buffers": 1, "kv_index_map": "clamp"},  # whole batch
 ]

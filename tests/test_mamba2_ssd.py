@@ -90,7 +90,6 @@ def test_space_rejects_impossible_schedules():
 
 
 SCHEDULES = [
-    {},  # the template's defaults
     {"block_q": 2048, "block_k": 256, "kv_index_map": "clamp"},  # one q block, many kv blocks
     {"block_q": 128, "block_k": 1024, "buffers": 1},  # kv blocks wider than q blocks, many skipped
 ]

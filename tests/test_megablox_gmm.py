@@ -113,7 +113,7 @@ def test_space_rejects_impossible_schedules():
         MegabloxGMM({"num_experts": 96})  # 32768 rows do not split into 96 uniform groups
 
 
-SCHEDULES = [{}, {"tm": 512, "tk": 256, "tn": 1536, "buffers": 1}, {"tm": 128, "tn": 768}]
+SCHEDULES = [{"tm": 512, "tk": 256, "tn": 1536, "buffers": 1}, {"tm": 128, "tn": 768}]
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES, ids=schedule_id)

@@ -112,7 +112,6 @@ def test_space_rejects_impossible_schedules():
 
 
 SCHEDULES = [
-    {},  # the template's defaults
     {"block_q": 2048, "block_k": 1024, "kv_index_map": "clamp"},  # one q block, two kv blocks
     {"block_q": 256, "block_k": 2048, "buffers": 1},  # one kv block covering every q block
 ]

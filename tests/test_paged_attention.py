@@ -118,7 +118,7 @@ def test_space_rejects_impossible_schedules_and_bad_configs():
             PagedAttention(bad)
 
 
-SCHEDULES = [{}, {"pages_per_block": 16, "buffers": 2}, {"pages_per_block": 4, "buffers": 1}]
+SCHEDULES = [{"pages_per_block": 16, "buffers": 2}, {"pages_per_block": 4, "buffers": 1}]
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES, ids=schedule_id)

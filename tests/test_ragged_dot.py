@@ -74,7 +74,7 @@ def test_space_rejects_impossible_schedules():
         RaggedDot({"M": 8000})
 
 
-SCHEDULES = [{}, {"block_m": 1024, "block_k": 512, "block_n": 2048, "buffers": 1},
+SCHEDULES = [{"block_m": 1024, "block_k": 512, "block_n": 2048, "buffers": 1},
              {"block_m": 256, "block_k": 1024, "block_n": 512, "buffers": 1}]
 
 

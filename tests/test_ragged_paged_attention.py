@@ -143,7 +143,7 @@ def test_space_rejects_impossible_schedules_and_bad_configs():
             RaggedPagedAttention(bad)
 
 
-SCHEDULES = [{}, {"q_block": 128, "pages_per_block": 8, "buffers": 1},
+SCHEDULES = [{"q_block": 128, "pages_per_block": 8, "buffers": 1},
              {"q_block": 16, "pages_per_block": 16, "buffers": 2}]
 
 

@@ -85,7 +85,6 @@ def test_space_rejects_impossible_schedules():
 
 
 SCHEDULES = [
-    {},  # the template's defaults
     {"block_q": 1024, "block_k": 256, "kv_index_map": "clamp"},  # several kv blocks per q block, skipped ones
     {"block_q": 256, "block_k": 1024, "buffers": 1},  # one kv block wider than the q block
 ]

@@ -67,7 +67,7 @@ def test_space_rejects_impossible_schedules():
         RMSNorm({"emb_dim": 1000})
 
 
-SCHEDULES = [{}, {"block_rows": 8, "buffers": 2}, {"block_rows": 256, "buffers": 1}, {"block_rows": 64, "buffers": 1}]
+SCHEDULES = [{"block_rows": 8, "buffers": 2}, {"block_rows": 256, "buffers": 1}, {"block_rows": 64, "buffers": 1}]
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES, ids=schedule_id)

@@ -113,7 +113,6 @@ def test_space_rejects_impossible_schedules():
 
 
 SCHEDULES = [
-    {},  # the template's defaults
     {"block_q": 2048, "block_k": 256, "heads_per_step": 2, "kv_index_map": "next_row"},  # kv blocks skipped
     {"block_q": 256, "block_k": 1024, "heads_per_step": 8, "buffers": 1, "kv_index_map": "clamp"},  # a whole group
 ]

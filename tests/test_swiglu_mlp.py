@@ -71,7 +71,7 @@ def test_space_rejects_impossible_schedules():
         SwiGLUMLP({"mlp_dim": 1000})
 
 
-SCHEDULES = [{}, {"block_tokens": 1024, "block_mlp": 1024, "block_emb": 512, "buffers": 1},
+SCHEDULES = [{"block_tokens": 1024, "block_mlp": 1024, "block_emb": 512, "buffers": 1},
              {"block_tokens": 256, "block_mlp": 512, "block_emb": 1024, "buffers": 1}]
 
 

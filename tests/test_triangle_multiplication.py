@@ -105,7 +105,6 @@ def test_space_rejects_impossible_schedules():
 
 
 SCHEDULES = [
-    {},
     {"block_rows": 4096, "block_c": 16, "block_i": 128, "block_j": 256, "block_k": 128, "buffers": 1},
     {"block_rows": 4096, "block_c": 4, "block_i": 512, "block_j": 512, "block_k": 512},  # capped at N=256
 ]
