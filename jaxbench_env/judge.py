@@ -320,11 +320,9 @@ def essential_work(wl) -> tuple[float, float]:
 
 def _bounds(breakdown) -> list[str]:
     """The bounds, rather than the model, that set part of a prediction."""
-    from jaxbench_env.sim import hlo
-
     kernels = breakdown.features.kernels
     found = []
-    if any(hlo.ALL_BRANCHES in note for note in breakdown.notes):
+    if breakdown.features.conditionals:
         found.append("upper bound: every branch of a conditional")
     if any(k.grid_bound is not None for k in kernels):
         found.append("upper bound: a grid sized at run time")
@@ -339,7 +337,7 @@ def _simulate(wl, compiled, profiles, exported=None) -> tuple[float, dict]:
     program; ``exported`` (a candidate's full-size program) supplies the kernels'
     scalar-prefetch tables, evaluated on the spec's inputs. No prediction is below the
     workload's physical floor: one under it is raised to it, and says so."""
-    from jaxbench_env.sim import V6E, hlo, mosaic, predict_program
+    from jaxbench_env.sim import V6E, mosaic, predict_program
     from jaxbench_env.sim.prefetch import prefetch_tables
 
     prefetch = None
@@ -354,11 +352,11 @@ def _simulate(wl, compiled, profiles, exported=None) -> tuple[float, dict]:
         breakdown = predict_program(compiled, V6E, profiles, prefetch)
     except mosaic.Unpriceable as e:  # work the simulator cannot bound: no price, no reward
         raise Rejected(f"the simulator cannot price this program: {e}") from None
-    unknown = [note for note in breakdown.notes if hlo.UNKNOWN_TRIP in note]
+    unknown = breakdown.features.unknown_trips
     if exported is not None and unknown:  # a candidate's: priced once, it could hide any work
         raise Rejected("a loop outside the kernels whose trip count the compiler cannot determine (its bound is "
                        "computed from data) cannot be priced: give it static bounds, or move it into a kernel "
-                       f"({unknown[0].split(':')[0]})")
+                       f"(while loop {unknown[0]})")
     if exported is not None and unverified:
         breakdown.notes.append("output coverage not verified: " + "; ".join(unverified))
     nbytes, flops = essential_work(wl)

@@ -49,7 +49,8 @@ ENTRY %main.2 (p: pred[], x: bf16[512,512]) -> bf16[512,512] {
 
 
 def test_async_copies_cost_the_bytes_they_move():
-    ops, notes = hlo.program_ops(CHUNKED)
+    program = hlo.program_ops(CHUNKED)
+    ops = program.ops
     by_name = {op.name: op for op in ops}
     # a 4 MiB chunk into VMEM reads 4 MiB, not the 16 MiB operand and its tuple again
     assert by_name["slice-start.1"].hbm_bytes == by_name["slice-start.2"].hbm_bytes == 4 * MIB
@@ -60,11 +61,12 @@ def test_async_copies_cost_the_bytes_they_move():
     assert by_name["slice.5"].hbm_bytes == 2 * 2048 * 128 * 2
     # the add reads its two chunks from VMEM: only its 4 MiB HBM output
     assert by_name["add.1"].hbm_bytes == 4 * MIB
-    assert notes == []
+    assert program.notes == program.unknown_trips == program.conditionals == []
 
 
 def test_every_branch_of_a_conditional_is_priced_and_said():
-    ops, notes = hlo.program_ops(COND)
-    assert sorted(op.name for op in ops) == ["exp.1", "neg.1"]
-    assert all(op.hbm_bytes == 2 * 512 * 512 * 2 for op in ops)
-    assert notes == ["conditional cond.5: all 2 branches priced (an upper bound: one runs)"]
+    program = hlo.program_ops(COND)
+    assert sorted(op.name for op in program.ops) == ["exp.1", "neg.1"]
+    assert all(op.hbm_bytes == 2 * 512 * 512 * 2 for op in program.ops)
+    assert program.conditionals == ["cond.5"] and program.unknown_trips == []
+    assert program.notes == ["conditional cond.5: all 2 branches priced (an upper bound: one runs)"]

@@ -27,9 +27,6 @@ _ITEMSIZE = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "bf16": 2, "f16": 
 _ARRAY = re.compile(r"(\w+)\[([\d,]*)\](?:\{([^}]*)\})?")
 _INSTR = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = (.+?) ([\w\-]+)\((.*?)\)(, .*)?$")
 _COMPUTATION = re.compile(r"^(ENTRY )?%([\w.\-]+) .*\{$")
-# Phrases of the notes that mark a guess (the judge reads them).
-UNKNOWN_TRIP = "trip count unknown"
-ALL_BRANCHES = "an upper bound: one runs"
 _FREE = {"parameter", "get-tuple-element", "tuple", "bitcast", "constant", "after-all",
          "partition-id", "replica-id", "opt-barrier"}
 
@@ -43,6 +40,15 @@ class XlaOp:
     estimated_cycles: float | None = None  # the compiler's own estimate, where it gives one
     pallas: bool = False  # a pallas_call's kernel (priced step by step from its jaxpr)
     out_shapes: tuple = ()  # dims of each output array, to match kernels to their pallas_call
+    generated: bool = False  # a Mosaic kernel the compiler wrote itself (online softmax)
+
+
+@dataclass
+class HloProgram:
+    ops: list  # XlaOp
+    notes: list  # what pricing had to assume
+    unknown_trips: list  # while loops whose trip count the compiler does not record (body priced once)
+    conditionals: list  # conditionals (every branch priced: an upper bound)
 
 
 def _array_bytes(dtype: str, dims: str, layout: str | None) -> tuple[float, bool]:
@@ -165,11 +171,11 @@ def _fusion_traffic(comps: dict, comp: str, memo: dict) -> tuple[dict[int, float
     return memo[comp]
 
 
-def program_ops(text: str) -> tuple[list[XlaOp], list[str]]:
-    """The entry computation's ops (and those of its while bodies), with notes on what was guessed."""
+def program_ops(text: str) -> HloProgram:
+    """The entry computation's ops (and those of its while bodies and branches), with what was guessed."""
     comps, entry = _computations(text)
-    notes: list[str] = []
-    ops: list[XlaOp] = []
+    program = HloProgram([], [], [], [])
+    notes, ops = program.notes, program.ops
 
     memo: dict = {}
 
@@ -186,14 +192,16 @@ def program_ops(text: str) -> tuple[list[XlaOp], list[str]]:
                 cond = re.search(r"condition=%([\w.\-]+)", attrs)
                 trip = _trip_count(attrs, comps.get(cond.group(1), []) if cond else [])
                 if trip is None:
-                    notes.append(f"while loop {name}: {UNKNOWN_TRIP}, its body priced once")
+                    program.unknown_trips.append(name)
+                    notes.append(f"while loop {name}: trip count unknown, its body priced once")
                 if body:
                     walk(body.group(1), times * (trip or 1))
                 continue
             if opcode == "conditional":
                 branches = re.findall(r"(?:branch_computations=\{|true_computation=|false_computation=|, )%([\w.\-]+)",
                                       attrs.split(", metadata=")[0])
-                notes.append(f"conditional {name}: all {len(branches)} branches priced ({ALL_BRANCHES})")
+                program.conditionals.append(name)
+                notes.append(f"conditional {name}: all {len(branches)} branches priced (an upper bound: one runs)")
                 for branch in branches:
                     walk(branch, times)
                 continue
@@ -216,11 +224,14 @@ def program_ops(text: str) -> tuple[list[XlaOp], list[str]]:
                 read, write = [0.0] + read[1:], read[1]
             # Pallas kernels carry kernel_metadata; the compiler's own Mosaic kernels
             # (online-softmax) do not.
-            pallas = 'custom_call_target="tpu_custom_call"' in attrs and "kernel_metadata=" in attrs
+            mosaic = 'custom_call_target="tpu_custom_call"' in attrs
+            pallas = mosaic and "kernel_metadata=" in attrs
             out_shapes = tuple(tuple(int(d) for d in dims.split(",") if d) for _, dims, _ in _ARRAY.findall(shape))
-            ops.append(XlaOp(name, opcode, sum(read) + write, times, _estimated_cycles(attrs), pallas, out_shapes))
+            ops.append(XlaOp(name, opcode, sum(read) + write, times, _estimated_cycles(attrs), pallas, out_shapes,
+                             generated=mosaic and not pallas))
 
     if entry is None:
-        return [], ["no ENTRY computation in the compiled HLO"]
+        notes.append("no ENTRY computation in the compiled HLO")
+        return program
     walk(entry, 1)
-    return ops, notes
+    return program

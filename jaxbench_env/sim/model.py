@@ -8,9 +8,10 @@ kernel step by step from the Mosaic module inside its ``tpu_custom_call`` (``mos
 fit re-prices stored features without compiling again:
 
 - an XLA op (fusion, copy, compiler-generated kernel) costs
-  ``overhead + combine(bundles / clock, HBM bytes / bandwidth)``;
-- a Pallas kernel costs, per grid step, ``combine(overlapped DMA, compute) + serial DMA +
-  step overhead``, plus the unhidden first fetch and last write-back and the bundles
+  ``overhead + combine(bundles / clock, HBM bytes / bandwidth)``; the Mosaic kernels the
+  compiler writes itself (online softmax) at a bandwidth of their own;
+- a Pallas kernel costs, per grid step, ``combine(compute, overlapped DMA + DMA latency) +
+  serial DMA`` (``step_s``), plus the unhidden first fetch and last write-back and the bundles
   outside its grid loop; compute is the kernel's bundles at that step where they can be
   read (its loops counted by the iterations they run at that step, its branches by the
   side that runs: ``mosaic.step_bundles``), else its body's MXU, vector and
@@ -29,7 +30,7 @@ from .hardware import V6E, Calibration, Chip, calibration
 from .pallas import KernelFeatures, kernel_features, pallas_call_eqns
 
 # Bump when what ``program_features`` extracts changes: cached results then miss.
-FEATURES_VERSION = 4
+FEATURES_VERSION = 5
 
 
 @dataclass
@@ -40,6 +41,7 @@ class OpFeatures:
     times: int
     bundles: float | None  # dynamic bundles of one run, None where the dump had none
     estimated_cycles: float | None
+    generated: bool = False  # a Mosaic kernel the compiler wrote (online softmax): its own bandwidth
 
 
 @dataclass
@@ -48,17 +50,21 @@ class ProgramFeatures:
     kernels: list  # KernelFeatures
     optimal_seconds: float | None  # the compiler's own estimate, for comparison
     notes: list = field(default_factory=list)
+    unknown_trips: list = field(default_factory=list)  # XLA while loops priced once (trip count unknown)
+    conditionals: list = field(default_factory=list)  # XLA conditionals priced at every branch
 
     def to_dict(self) -> dict:
         return {"ops": [asdict(o) for o in self.ops], "kernels": [k.to_dict() for k in self.kernels],
-                "optimal_seconds": self.optimal_seconds, "notes": list(self.notes)}
+                "optimal_seconds": self.optimal_seconds, "notes": list(self.notes),
+                "unknown_trips": list(self.unknown_trips), "conditionals": list(self.conditionals)}
 
     @classmethod
     def from_dict(cls, d: dict) -> "ProgramFeatures":
         return cls([OpFeatures(**o) for o in d["ops"]],
                    [KernelFeatures(**{**k, "grid": tuple(k["grid"]), "out_shapes": tuple(map(tuple, k["out_shapes"]))})
                     for k in d["kernels"]],
-                   d.get("optimal_seconds"), list(d.get("notes", [])))
+                   d.get("optimal_seconds"), list(d.get("notes", [])), list(d.get("unknown_trips", [])),
+                   list(d.get("conditionals", [])))
 
 
 @dataclass
@@ -124,7 +130,8 @@ def program_features(compiled, profiles: dict | None = None, prefetch: list | No
     if not _is_compiled(compiled):
         return jaxpr_program_features(compiled, profiles, prefetch, *legacy)
     text = compiled.as_text()
-    ops, notes = hlo.program_ops(text)
+    program = hlo.program_ops(text)
+    ops, notes = program.ops, program.notes
     calls = mosaic.hlo_custom_calls(text)
     if prefetch is not None and len(prefetch) != len(calls):
         raise ValueError(f"{len(prefetch)} prefetch entries for the compiled program's {len(calls)} "
@@ -142,7 +149,7 @@ def program_features(compiled, profiles: dict | None = None, prefetch: list | No
     if any(op is None for op in kernel_ops):
         notes.append("some kernels are outside the ops the program runs at top level or in its loops: "
                      "priced as running once")
-    return _features(compiled, ops, notes, kernels, kernel_ops, profiles, read=True)
+    return _features(compiled, program, kernels, kernel_ops, profiles, read=True)
 
 
 def jaxpr_program_features(jaxpr, compiled, profiles: dict | None = None,
@@ -152,19 +159,20 @@ def jaxpr_program_features(jaxpr, compiled, profiles: dict | None = None,
     scalar-prefetch operands by ``id(eqn)`` (``pallas.prefetch_operands``). Kept while
     callers move to the jaxpr-free ``program_features``."""
     profiles, prefetch = profiles or {}, prefetch or {}
-    ops, notes = hlo.program_ops(compiled.as_text())
+    program = hlo.program_ops(compiled.as_text())
     kernels = [kernel_features(e, prefetch.get(id(e))) for e in pallas_call_eqns(jaxpr)]
-    matched = _match_kernels(kernels, ops)
+    matched = _match_kernels(kernels, program.ops)
     if kernels and len(matched) < len(kernels):
-        notes.append("some kernels not found in the compiled HLO: their compute is the analytic estimate")
-    return _features(compiled, ops, notes, kernels, [matched.get(i) for i in range(len(kernels))], profiles)
+        program.notes.append("some kernels not found in the compiled HLO: their compute is the analytic estimate")
+    return _features(compiled, program, kernels, [matched.get(i) for i in range(len(kernels))], profiles)
 
 
-def _features(compiled, ops: list[hlo.XlaOp], notes: list, kernels: list[KernelFeatures], kernel_ops: list,
+def _features(compiled, program: hlo.HloProgram, kernels: list[KernelFeatures], kernel_ops: list,
               profiles: dict, read: bool = False) -> ProgramFeatures:
-    """Program features from its ops and its kernels (each with its op in ``ops``, or None).
+    """Program features from its ops and its kernels (each with its op in ``program.ops``, or None).
     ``read``: the kernels' bundles were already read with their features (the Mosaic path);
     else (the jaxpr path) every grid step is given the bundles per grid-loop iteration."""
+    ops, notes = program.ops, program.notes
     for k, op in zip(kernels, kernel_ops):
         profile = profiles.get(op.name) if op is not None and not read else None
         k.times = op.times if op is not None else 1
@@ -187,7 +195,8 @@ def _features(compiled, ops: list[hlo.XlaOp], notes: list, kernels: list[KernelF
             continue
         profile = profiles.get(op.name)
         xla_ops.append(OpFeatures(op.name, op.opcode, op.hbm_bytes, op.times,
-                                  profile.dynamic if profile is not None else None, op.estimated_cycles))
+                                  profile.dynamic if profile is not None else None, op.estimated_cycles,
+                                  op.generated))
     if any(o.bundles is None and o.hbm_bytes > 0 for o in xla_ops if not o.opcode.endswith("-start")):
         notes.append("XLA ops without readable bundles priced from the compiler's cycle estimate or traffic")
     if any(k.dynamic_index for k in kernels):
@@ -199,7 +208,8 @@ def _features(compiled, ops: list[hlo.XlaOp], notes: list, kernels: list[KernelF
     if bounds:
         notes.append(f"data-dependent grid axes priced at an upper bound ({', '.join(map(str, bounds))} steps): "
                      "an over-estimate")
-    return ProgramFeatures(xla_ops, kernels, _optimal_seconds(compiled), notes)
+    return ProgramFeatures(xla_ops, kernels, _optimal_seconds(compiled), notes, list(program.unknown_trips),
+                           list(program.conditionals))
 
 
 def combine(compute_s, memory_s, overlap: float):
@@ -210,8 +220,17 @@ def combine(compute_s, memory_s, overlap: float):
     return hi * ((compute_s / hi) ** overlap + (memory_s / hi) ** overlap) ** (1.0 / overlap)
 
 
+def step_s(compute_s: float, overlapped_s: float, serial_s: float, latency_s: float, overlap: float) -> float:
+    """One grid step. A step's copies take at least a fixed issue-to-completion latency,
+    however few their bytes; double-buffered copies run during the step's compute, so a
+    short step costs that latency whatever its bundles. Single-buffered copies wait in line."""
+    if serial_s:
+        return combine(compute_s, overlapped_s, overlap) + max(serial_s, latency_s)
+    return combine(compute_s, max(overlapped_s, latency_s), overlap)
+
+
 def price_op(op: OpFeatures, chip: Chip, cal: Calibration) -> float:
-    bandwidth = chip.hbm_bytes_per_s * cal.hbm_efficiency
+    bandwidth = chip.hbm_bytes_per_s * (cal.generated_kernel_efficiency if op.generated else cal.hbm_efficiency)
     cycles = op.bundles if op.bundles is not None else (op.estimated_cycles or 0.0)
     return op.times * (cal.op_overhead_s + combine(cycles / cal.bundle_rate_hz, op.hbm_bytes / bandwidth, cal.overlap))
 
@@ -227,8 +246,7 @@ def price_kernel(k: KernelFeatures, chip: Chip, cal: Calibration) -> dict:
                    + k.transcendentals / cal.transcendentals_per_s)
         computes = [compute] * len(k.traffic)
         source = "analytic"
-    steps_s = sum(count * (combine(compute, overlapped / bandwidth, cal.overlap) + serial / bandwidth
-                           + cal.step_overhead_s)
+    steps_s = sum(count * step_s(compute, overlapped / bandwidth, serial / bandwidth, cal.step_overhead_s, cal.overlap)
                   for (overlapped, serial, count), compute in zip(k.traffic, computes))
     compute_s = sum(count * compute for (_, _, count), compute in zip(k.traffic, computes))
     time_s = (cal.op_overhead_s + steps_s + (k.fill_bytes + k.drain_bytes) / bandwidth
