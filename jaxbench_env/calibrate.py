@@ -33,7 +33,7 @@ FIT_COMMAND = "python -m jaxbench_env.calibrate fit"
 # not: no published row has enough ops or small-block grid steps to pin them down (fitted,
 # both went to zero, which would make 128-wide blocks look free), so they keep their
 # stated values (``hardware.UNFITTED``).
-_FITTED = ("bundle_rate_hz", "hbm_efficiency", "overlap")
+_FITTED = ("bundle_rate_hz", "hbm_efficiency", "generated_kernel_efficiency", "overlap")
 
 
 @dataclass
@@ -106,7 +106,8 @@ def fit(rows: list[Row], start: Calibration = UNFITTED) -> Calibration:
     def constants(x):
         v = dict(zip(_FITTED, np.exp(x)))
         v["overlap"] = 1.0 + v["overlap"]
-        v["hbm_efficiency"] = min(v["hbm_efficiency"], 1.0)
+        for efficiency in ("hbm_efficiency", "generated_kernel_efficiency"):
+            v[efficiency] = min(v[efficiency], 1.0)
         return replace(start, **{k: float(x) for k, x in v.items()})
 
     def loss(x):
@@ -114,8 +115,8 @@ def fit(rows: list[Row], start: Calibration = UNFITTED) -> Calibration:
         pred = np.log([max(predicted_ms(r, cal), 1e-9) for r in rows])
         return float(np.sum((pred - measured) ** 2))
 
-    starts = [np.log([start.bundle_rate_hz, efficiency, overlap - 1.0])
-              for efficiency in (0.6, 1.0) for overlap in (1.5, 4.0, 64.0)]
+    starts = [np.log([start.bundle_rate_hz, efficiency, generated, overlap - 1.0])
+              for efficiency in (0.6, 1.0) for generated in (0.4, 1.0) for overlap in (1.5, 4.0, 64.0)]
     best = min((minimize(loss, x0, method="Nelder-Mead", options={"maxiter": 2000, "xatol": 1e-4, "fatol": 1e-8})
                 for x0 in starts), key=lambda r: r.fun)
     return constants(best.x)

@@ -166,3 +166,16 @@ def test_single_buffering_stops_the_copies_hiding_behind_compute():
     assert t2["compute_s"] > t2["dma_s"]  # compute-bound: double buffering hides every copy
     x_copies = STEPS * ROWS * WIDTH * 4 / (V6E.hbm_bytes_per_s * cal.hbm_efficiency)
     assert t1["time_s"] == pytest.approx(t2["time_s"] + x_copies, rel=0.05)
+
+
+def test_a_short_step_costs_the_copy_latency_whatever_its_bundles():
+    # The Pallas matmul guide on v5e: 128^3 blocks run ~175 bundles (~0.1 us) a step and
+    # take 0.35 us a step; 512/1024/1024 blocks take their bundles' time.
+    from jaxbench_env.sim.model import step_s
+
+    p, latency = calibration().overlap, 0.35e-6
+    assert step_s(0.05e-6, 0.08e-6, 0.0, latency, p) == pytest.approx(latency, rel=0.02)
+    assert step_s(5e-6, 1e-6, 0.0, latency, p) == pytest.approx(5e-6, rel=0.02)
+    # a single-buffered copy waits in line
+    assert step_s(0.05e-6, 0.0, 2e-6, latency, p) == pytest.approx(2e-6, rel=0.03)
+    assert step_s(0.05e-6, 0.0, 2e-6, latency, p) > step_s(0.05e-6, 2e-6, 0.0, latency, p)

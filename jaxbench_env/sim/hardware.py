@@ -46,11 +46,16 @@ class Calibration:
 
     bundle_rate_hz: bundles issued per second (one per cycle: the effective clock).
     hbm_efficiency: fraction of the chip's peak HBM bandwidth that streaming achieves.
+    generated_kernel_efficiency: the same fraction for the Mosaic kernels the compiler
+        writes itself (the online softmax of XLA attention, which reads a materialized
+        score matrix): these run slower than their bundles and bytes say, and one shared
+        bandwidth would otherwise be pulled down for every op to fit them.
     overlap: how compute and HBM traffic of one op combine, ``(c**p + m**p)**(1/p)``;
         1 adds them, large values take the larger (perfect overlap).
     op_overhead_s: fixed cost of launching one XLA op or kernel (not fitted: 0).
-    step_overhead_s: fixed cost of one Pallas grid step, the DMA issue-to-completion
-        latency a short step cannot hide (not fitted: 0.35 us, seen on v5e, DESIGN notes).
+    step_overhead_s: the DMA issue-to-completion latency of one Pallas grid step: the
+        shortest a double-buffered step can be, whatever its bundles (not fitted: 0.35 us,
+        the time per step of the Pallas matmul guide's 128^3 blocks on v5e).
     vector_ops_per_s, transcendentals_per_s: element rates of the analytic fallback for
         kernels whose bundles cannot be read (not fitted: 4 VALUs x one 8x128 vreg per
         cycle, one EUP vreg per cycle, at the fitted clock).
@@ -60,6 +65,7 @@ class Calibration:
     fitted_on: str
     bundle_rate_hz: float
     hbm_efficiency: float
+    generated_kernel_efficiency: float
     overlap: float
     op_overhead_s: float
     step_overhead_s: float
@@ -84,7 +90,7 @@ class Calibration:
 # Before any fit: the clock implied by the gemm expert's bundles and published time (DESIGN
 # notes), peak bandwidth, perfect overlap, the per-step latency seen on v5e.
 UNFITTED = Calibration(version="unfitted", fitted_on="-", bundle_rate_hz=1.59e9, hbm_efficiency=1.0,
-                       overlap=16.0, op_overhead_s=0.0, step_overhead_s=0.35e-6)
+                       generated_kernel_efficiency=1.0, overlap=16.0, op_overhead_s=0.0, step_overhead_s=0.35e-6)
 
 
 def calibration() -> Calibration:

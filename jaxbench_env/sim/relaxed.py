@@ -72,11 +72,11 @@ class RelaxedModel:
         bandwidth = self.chip.hbm_bytes_per_s * self.cal.hbm_efficiency
         compute = (flops / self.chip.mxu_flops_per_s + vec / self.cal.vector_ops_per_s
                    + trans / self.cal.transcendentals_per_s)
-        dma = overlapped / steps / bandwidth
+        dma = jnp.maximum(overlapped / steps / bandwidth, self.cal.step_overhead_s)  # as model.step_s
         p = self.cal.overlap
         hi = jnp.maximum(compute, dma)
         combined = hi * ((compute / hi) ** p + (dma / hi) ** p) ** (1.0 / p)
-        seconds = jnp.sum(steps * (combined + self.cal.step_overhead_s) + serial / bandwidth)
+        seconds = jnp.sum(steps * combined + serial / bandwidth)
         # Over VMEM the compiler refuses the kernel: a steep, smooth wall.
         over = jnp.maximum(jnp.log(vmem / self.vmem_limits), 0.0)
         return seconds * jnp.exp(8.0 * jnp.sum(over))
