@@ -28,17 +28,29 @@ def cache_dir(tmp_path_factory):
     return path
 
 
+# Each evaluator keeps a worker and a sandbox process (~0.5 GB each); fifty kept for the
+# session filled 23 GB. Past this many, the least recently handed out is closed: it starts
+# its processes again if it is used again.
+LIVE_EVALUATORS = 4
+
+
 @pytest.fixture(scope="session")
 def evaluators(cache_dir):
     """evaluators(name, config=None) -> a shared Evaluator."""
     from jaxbench_env.evaluation import Evaluator
 
     made = {}
+    live = []  # keys of the evaluators whose processes may be running, most recent last
 
     def get(name, config=None, timeout_s=300.0):
         key = (name, repr(sorted((config or {}).items())), timeout_s)
         if key not in made:
             made[key] = Evaluator(name, config, backend="sim", cache_dir=cache_dir, timeout_s=timeout_s)
+        if key in live:
+            live.remove(key)
+        live.append(key)
+        while len(live) > LIVE_EVALUATORS:
+            made[live.pop(0)].close()
         return made[key]
 
     yield get

@@ -45,26 +45,16 @@ def test_check_env(make_env, name, mode):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(workloads.WORKLOADS))
-def test_every_workload_resets_to_its_compiled_correct_template(cache_dir, name):
+def test_every_workload_resets_to_its_compiled_correct_template(make_env, name):
     """Every template's default schedule passes the product's own check here (the
     per-workload tests check other schedules in-process)."""
-    import gymnasium as gym
-
-    from jaxbench_env.evaluation import Evaluator
-
-    # Its own evaluator, closed after: fifty workers and sandboxes kept for the session
-    # would hold ~20 GB. The cache is the shared one, so later tests reuse these results.
-    ev = Evaluator(name, backend="sim", cache_dir=cache_dir)
-    try:
-        for mode in MODES:
-            env = gym.make(f"JAXBench/{name}-v0", evaluator=ev, action_mode=mode, max_steps=4).unwrapped
-            obs, info = env_reset_passive_checker(env, seed=0)  # obs in its space, info a dict
-            # The starting point is the template's default schedule: compiled for v6e and correct.
-            assert info["compiled"] and info["correct"], info["error"]
-            assert info["timing_source"] == "v6e-sim" and info["time_ms"] > 0 and info["baseline_ms"] > 0
-            assert env.action_space.contains(env.action_space.sample())
-    finally:
-        ev.close()
+    for mode in MODES:
+        env = make_env(name, action_mode=mode, max_steps=4)
+        obs, info = env_reset_passive_checker(env, seed=0)  # obs in its space, info a dict
+        # The starting point is the template's default schedule: compiled for v6e and correct.
+        assert info["compiled"] and info["correct"], info["error"]
+        assert info["timing_source"] == "v6e-sim" and info["time_ms"] > 0 and info["baseline_ms"] > 0
+        assert env.action_space.contains(env.action_space.sample())
 
 
 def test_schedule_step_reward_is_baseline_over_candidate_time(make_env):

@@ -10,8 +10,8 @@ fit re-prices stored features without compiling again:
 - an XLA op (fusion, copy, compiler-generated kernel) costs
   ``overhead + combine(bundles / clock, HBM bytes / bandwidth)``; the Mosaic kernels the
   compiler writes itself (online softmax) at a bandwidth of their own;
-- a Pallas kernel costs, per grid step, ``combine(compute, overlapped DMA + DMA latency) +
-  serial DMA`` (``step_s``), plus the unhidden first fetch and last write-back and the bundles
+- a Pallas kernel costs, per grid step, ``combine(compute, max(overlapped DMA, latency))``
+  plus its serial DMA, itself at least the latency (``step_s``), plus the unhidden first fetch and last write-back and the bundles
   outside its grid loop; compute is the kernel's bundles at that step where they can be
   read (its loops counted by the iterations they run at that step, its branches by the
   side that runs: ``mosaic.step_bundles``), else its body's MXU, vector and
