@@ -364,11 +364,11 @@ def test_memory_of_all_processes_is_capped(sandbox):
 
 
 def test_printing_gigabytes_is_contained(sandbox):
-    before = shutil.disk_usage(tempfile.gettempdir()).used
+    """Output under the cap is kept as a short tail; a flood past it stops the job at once, on no disk."""
     r = run(sandbox, """
-        import os, sys
+        import os
         chunk = b"spam " * (2**20 // 5)
-        for _ in range(1536):  # 1.5 GiB on stdout
+        for _ in range(8):  # 8 MiB: under the cap
             os.write(1, chunk)
         print("the end", flush=True)
         manifest["done"] = True
@@ -376,6 +376,17 @@ def test_printing_gigabytes_is_contained(sandbox):
     assert r.error is None, r.error
     assert r.manifest == {"done": True}
     assert r.stderr_tail.endswith("spam the end") and len(r.stderr_tail) < 10000
+
+    before = shutil.disk_usage(tempfile.gettempdir()).used
+    r = run(sandbox, """
+        import os
+        chunk = b"spam " * (2**20 // 5)
+        for _ in range(1536):  # 1.5 GiB on stdout
+            os.write(1, chunk)
+        manifest["done"] = True
+    """, timeout_s=30)
+    assert r.manifest is None and r.error.startswith("output limit exceeded"), r.error
+    assert r.wall_s < 15
     assert shutil.disk_usage(tempfile.gettempdir()).used - before < 100 * 2**20
     assert_healthy(sandbox)
 
