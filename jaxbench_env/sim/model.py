@@ -24,10 +24,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
+
 from . import bundles as bundle_dumps
 from . import hlo, mosaic
 from .hardware import V6E, Calibration, Chip, calibration
-from .pallas import KernelFeatures, kernel_features, pallas_call_eqns
+from .pallas import KernelFeatures
 
 # Bump when what ``program_features`` extracts changes: cached results then miss.
 FEATURES_VERSION = 5
@@ -91,26 +93,7 @@ def _optimal_seconds(compiled) -> float | None:
     return float(value) if value is not None else None
 
 
-def _match_kernels(kernels: list[KernelFeatures], ops: list[hlo.XlaOp]) -> dict[int, hlo.XlaOp]:
-    """Each jaxpr kernel's custom-call in the compiled HLO, matched by output shapes in order
-    (the jaxpr path only: the Mosaic path matches by op name)."""
-    free = [op for op in ops if op.pallas]
-    matched = {}
-    for i, k in enumerate(kernels):
-        for op in free:
-            if op.out_shapes == k.out_shapes:
-                matched[i] = op
-                free.remove(op)
-                break
-    return matched
-
-
-def _is_compiled(x) -> bool:
-    return hasattr(x, "as_text") and not hasattr(x, "eqns")
-
-
-def program_features(compiled, profiles: dict | None = None, prefetch: list | None = None,
-                     *legacy) -> ProgramFeatures:
+def program_features(compiled, profiles: dict | None = None, prefetch: list | None = None) -> ProgramFeatures:
     """Features of a compiled program (``compiled``: what ``.compile()`` returned), read from
     its HLO and its kernels' Mosaic modules alone.
 
@@ -123,12 +106,7 @@ def program_features(compiled, profiles: dict | None = None, prefetch: list | No
     that read tables); or None for all. Values listed in the exported program's order
     (``prefetch.prefetch_tables``) are put in this order with ``mosaic.match_calls``: the
     compiler may add Mosaic kernels of its own (entries None) and order kernels its way.
-
-    Transitional: called the old way, ``program_features(jaxpr, compiled, profiles,
-    prefetch_by_eqn_id)``, it reads the kernels from the jaxpr (``jaxpr_program_features``).
     """
-    if not _is_compiled(compiled):
-        return jaxpr_program_features(compiled, profiles, prefetch, *legacy)
     text = compiled.as_text()
     program = hlo.program_ops(text)
     ops, notes = program.ops, program.notes
@@ -149,43 +127,18 @@ def program_features(compiled, profiles: dict | None = None, prefetch: list | No
     if any(op is None for op in kernel_ops):
         notes.append("some kernels are outside the ops the program runs at top level or in its loops: "
                      "priced as running once")
-    return _features(compiled, program, kernels, kernel_ops, profiles, read=True)
-
-
-def jaxpr_program_features(jaxpr, compiled, profiles: dict | None = None,
-                           prefetch: dict | None = None) -> ProgramFeatures:
-    """``program_features`` with the kernels read from a traced program's jaxpr (matched to
-    the compiled HLO's custom calls by output shapes); ``prefetch``: the concrete
-    scalar-prefetch operands by ``id(eqn)`` (``pallas.prefetch_operands``). Kept while
-    callers move to the jaxpr-free ``program_features``."""
-    profiles, prefetch = profiles or {}, prefetch or {}
-    program = hlo.program_ops(compiled.as_text())
-    kernels = [kernel_features(e, prefetch.get(id(e))) for e in pallas_call_eqns(jaxpr)]
-    matched = _match_kernels(kernels, program.ops)
-    if kernels and len(matched) < len(kernels):
-        program.notes.append("some kernels not found in the compiled HLO: their compute is the analytic estimate")
-    return _features(compiled, program, kernels, [matched.get(i) for i in range(len(kernels))], profiles)
+    return _features(compiled, program, kernels, kernel_ops, profiles)
 
 
 def _features(compiled, program: hlo.HloProgram, kernels: list[KernelFeatures], kernel_ops: list,
-              profiles: dict, read: bool = False) -> ProgramFeatures:
-    """Program features from its ops and its kernels (each with its op in ``program.ops``, or None).
-    ``read``: the kernels' bundles were already read with their features (the Mosaic path);
-    else (the jaxpr path) every grid step is given the bundles per grid-loop iteration."""
+              profiles: dict) -> ProgramFeatures:
+    """Program features from its ops and its kernels (each with its op in ``program.ops``, or None)."""
     ops, notes = program.ops, program.notes
     for k, op in zip(kernels, kernel_ops):
-        profile = profiles.get(op.name) if op is not None and not read else None
         k.times = op.times if op is not None else 1
         for note in k.notes:
             if note not in notes:
                 notes.append(note)
-        if profile is not None:
-            outside, per_iteration, trip = profile.per_iteration()
-            if profile.outer_loop() is None or k.steps == 1:  # one grid step: no grid loop
-                k.bundles_per_step, k.bundles_outside = profile.dynamic / k.steps, 0.0
-            else:  # the grid loop runs steps + 2 pipeline stages (trip None: sized at run time)
-                k.bundles_per_step = per_iteration * trip / k.steps if trip else per_iteration
-                k.bundles_outside = outside
     if any(k.bundles_per_step is None for k in kernels):
         notes.append("kernel compute from the analytic estimate (no readable bundles)")
     taken = {op.name for op in kernel_ops if op is not None}
@@ -212,43 +165,47 @@ def _features(compiled, program: hlo.HloProgram, kernels: list[KernelFeatures], 
                            list(program.conditionals))
 
 
-def combine(compute_s, memory_s, overlap: float):
-    """Time of work whose compute and memory traffic overlap to the degree ``overlap``."""
-    hi = max(compute_s, memory_s)
-    if hi <= 0:
-        return 0.0
-    return hi * ((compute_s / hi) ** overlap + (memory_s / hi) ** overlap) ** (1.0 / overlap)
+def combine(compute_s, memory_s, overlap: float, xp=np):
+    """Time of work whose compute and memory traffic overlap to the degree ``overlap``.
+    Elementwise over arrays; ``xp``: the array module (``jax.numpy`` for the relaxed tier)."""
+    hi = xp.maximum(compute_s, memory_s)
+    safe = xp.where(hi > 0, hi, 1.0)
+    return xp.where(hi > 0, safe * ((compute_s / safe) ** overlap + (memory_s / safe) ** overlap) ** (1.0 / overlap),
+                    0.0)
 
 
-def step_s(compute_s: float, overlapped_s: float, serial_s: float, latency_s: float, overlap: float) -> float:
+def step_s(compute_s, overlapped_s, serial_s, latency_s: float, overlap: float, xp=np):
     """One grid step. A step's copies take at least a fixed issue-to-completion latency,
     however few their bytes; double-buffered copies run during the step's compute, so a
-    short step costs that latency whatever its bundles. Single-buffered copies wait in line."""
-    if serial_s:
-        return combine(compute_s, overlapped_s, overlap) + max(serial_s, latency_s)
-    return combine(compute_s, max(overlapped_s, latency_s), overlap)
+    short step costs that latency whatever its bundles. Single-buffered copies wait in line.
+    Elementwise, as ``combine``."""
+    serial = serial_s > 0
+    memory_s = xp.where(serial, overlapped_s, xp.maximum(overlapped_s, latency_s))
+    return combine(compute_s, memory_s, overlap, xp) + xp.where(serial, xp.maximum(serial_s, latency_s), 0.0)
 
 
 def price_op(op: OpFeatures, chip: Chip, cal: Calibration) -> float:
     bandwidth = chip.hbm_bytes_per_s * (cal.generated_kernel_efficiency if op.generated else cal.hbm_efficiency)
     cycles = op.bundles if op.bundles is not None else (op.estimated_cycles or 0.0)
-    return op.times * (cal.op_overhead_s + combine(cycles / cal.bundle_rate_hz, op.hbm_bytes / bandwidth, cal.overlap))
+    return op.times * (cal.op_overhead_s + float(combine(cycles / cal.bundle_rate_hz, op.hbm_bytes / bandwidth,
+                                                         cal.overlap)))
 
 
 def price_kernel(k: KernelFeatures, chip: Chip, cal: Calibration) -> dict:
     bandwidth = chip.hbm_bytes_per_s * cal.hbm_efficiency
+    overlapped, serial, counts = np.asarray(k.traffic, dtype=np.float64).reshape(-1, 3).T  # one row per kind of step
     if k.bundles_per_step is not None:
-        per_row = k.row_bundles if k.row_bundles is not None else [k.bundles_per_step] * len(k.traffic)
-        computes = [b / cal.bundle_rate_hz for b in per_row]
+        per_row = k.row_bundles if k.row_bundles is not None else [k.bundles_per_step] * len(counts)
+        computes = np.asarray(per_row, dtype=np.float64) / cal.bundle_rate_hz
         source = "bundles"
     else:
         compute = (k.flops / chip.mxu_flops_per_s + k.vector_ops / cal.vector_ops_per_s
                    + k.transcendentals / cal.transcendentals_per_s)
-        computes = [compute] * len(k.traffic)
+        computes = np.full(len(counts), compute)
         source = "analytic"
-    steps_s = sum(count * step_s(compute, overlapped / bandwidth, serial / bandwidth, cal.step_overhead_s, cal.overlap)
-                  for (overlapped, serial, count), compute in zip(k.traffic, computes))
-    compute_s = sum(count * compute for (_, _, count), compute in zip(k.traffic, computes))
+    steps_s = float(np.sum(counts * step_s(computes, overlapped / bandwidth, serial / bandwidth, cal.step_overhead_s,
+                                           cal.overlap)))
+    compute_s = float(np.sum(counts * computes))
     time_s = (cal.op_overhead_s + steps_s + (k.fill_bytes + k.drain_bytes) / bandwidth
               + k.bundles_outside / cal.bundle_rate_hz)
     return {"name": k.name, "grid": list(k.grid), "steps": k.steps, "times": k.times, "time_s": k.times * time_s,
@@ -264,21 +221,10 @@ def price(features: ProgramFeatures, chip: Chip = V6E, cal: Calibration | None =
                         cal.version, list(features.notes), features)
 
 
-def predict_program(compiled, chip: Chip = V6E, profiles: dict | None = None, prefetch: list | None = None,
-                    *legacy) -> SimBreakdown:
+def predict_program(compiled, chip: Chip = V6E, profiles: dict | None = None,
+                    prefetch: list | None = None) -> SimBreakdown:
     """Predicted v6e seconds of a compiled program (bundles collected if dumped); ``prefetch``
-    as for ``program_features``.
-
-    Transitional: ``predict_program(jaxpr, compiled, chip, profiles, prefetch_by_eqn_id)``,
-    the old call, prices the kernels read from the jaxpr."""
-    if not _is_compiled(compiled):  # the old signature: (jaxpr, compiled, chip, profiles, prefetch)
-        jaxpr, compiled = compiled, chip
-        chip = profiles if profiles is not None else V6E
-        profiles = prefetch
-        prefetch = legacy[0] if legacy else None
-        if profiles is None:
-            profiles = bundle_dumps.collect()
-        return price(jaxpr_program_features(jaxpr, compiled, profiles, prefetch), chip)
+    as for ``program_features``."""
     if profiles is None:
         profiles = bundle_dumps.collect()
     return price(program_features(compiled, profiles, prefetch), chip)

@@ -8,7 +8,7 @@ In log space each quantity is taken as linear in ``x`` (a power law in the block
 tiling makes them: steps ~ 1/(bm bk bn), flops per step ~ bm bk bn, bytes per fetch ~ the
 block's area), its slope the finite difference between the two traces. The predicted time
 
-    sum over kernels of  steps * (combine(compute, DMA per step) + step overhead) + serial bytes / bandwidth
+    sum over kernels of  steps * model.step_s(compute, overlapped DMA, serial DMA per step)
 
 with the fitted constants, plus a penalty for VMEM beyond the kernel's limit, is then a smooth
 function of ``x``: gradient search descends it (DOSA-style), rounds to the nearest legal
@@ -25,6 +25,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from .hardware import V6E, Calibration, Chip, calibration
+from .model import step_s
 from .pallas import kernel_features, pallas_call_eqns, vmem_limit
 
 QUANTITIES = ("steps", "flops", "vector_ops", "transcendentals", "overlapped_bytes", "serial_bytes", "vmem_bytes")
@@ -72,11 +73,11 @@ class RelaxedModel:
         bandwidth = self.chip.hbm_bytes_per_s * self.cal.hbm_efficiency
         compute = (flops / self.chip.mxu_flops_per_s + vec / self.cal.vector_ops_per_s
                    + trans / self.cal.transcendentals_per_s)
-        dma = jnp.maximum(overlapped / steps / bandwidth, self.cal.step_overhead_s)  # as model.step_s
-        p = self.cal.overlap
-        hi = jnp.maximum(compute, dma)
-        combined = hi * ((compute / hi) ** p + (dma / hi) ** p) ** (1.0 / p)
-        seconds = jnp.sum(steps * combined + serial / bandwidth)
+        # A kernel without single-buffered copies has none anywhere (its log quantity sits at the floor).
+        serial = jnp.where(self.log_q0[:, QUANTITIES.index("serial_bytes")] > math.log(_TINY), serial, 0.0)
+        per_step = step_s(compute, overlapped / steps / bandwidth, serial / steps / bandwidth,
+                          self.cal.step_overhead_s, self.cal.overlap, xp=jnp)
+        seconds = jnp.sum(steps * per_step)
         # Over VMEM the compiler refuses the kernel: a steep, smooth wall.
         over = jnp.maximum(jnp.log(vmem / self.vmem_limits), 0.0)
         return seconds * jnp.exp(8.0 * jnp.sum(over))
