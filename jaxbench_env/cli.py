@@ -6,6 +6,7 @@
     jaxbench optimize gemm --policy greedy --steps 20 --out runs/gemm [--json]
     jaxbench optimize gemm --policy llm --base-url http://127.0.0.1:8000/v1 --model m --steps 5 --out runs/llm
     jaxbench optimize gemm --policy expert --steps 1 --out runs/gemm-expert
+    jaxbench bench --workloads kernelbench --policy greedy --steps 8 --out runs/suite [--ray-address auto]
     jaxbench sim-report [--json] [--pallas-validation [--rpa-shapes N]]
 
 Times are predictions of the v6e simulator when the timing source is "v6e-sim" (no TPU
@@ -16,6 +17,7 @@ stderr. Results are cached under $JAXBENCH_CACHE_DIR (or ~/.cache/jaxbench_gym).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import sys
@@ -222,6 +224,105 @@ def cmd_evaluate(args) -> int:
     return 0
 
 
+def policy_kwargs(args) -> dict:
+    """The options of ``--policy`` from the command line."""
+    if args.policy == "llm":
+        if not args.base_url:
+            raise UsageError("--policy llm needs --base-url (an OpenAI-compatible endpoint)")
+        return {"base_url": args.base_url, "model": args.model or "default", "api_key": args.api_key}
+    if args.policy == "beam":
+        return {"beam_width": args.beam_width}
+    if args.policy in ("random", "gradient") and args.seed is not None:
+        return {"seed": args.seed}
+    return {}
+
+
+def suite_configs(text: str | None, names: list[str]) -> dict:
+    """``--config`` for a suite: ``KEY=V`` sets KEY on every selected workload that has it,
+    ``NAME.KEY=V`` on one workload; a key no selected workload has is an error."""
+    import workloads
+
+    configs: dict = {}
+    for key, value in parse_pairs(text, "--config").items():
+        name, dot, knob = key.rpartition(".")
+        targets = [name] if dot else names
+        if dot and name not in names:
+            raise UsageError(f"--config names {name!r}, which is not among the selected workloads")
+        hit = [n for n in targets if knob in workloads.get(n).config]
+        if not hit:
+            raise UsageError(f"--config key {knob!r} is not in the config of {'/'.join(targets[:3])}"
+                             f"{'...' if len(targets) > 3 else ''}")
+        for n in hit:
+            configs.setdefault(n, {})[knob] = value
+    for n, config in configs.items():
+        _workload(n, config)
+    return configs
+
+
+def cmd_bench(args) -> int:
+    from jaxbench_env import suite
+
+    try:
+        names = suite.select(args.workloads)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if args.steps < 1:
+        raise UsageError("--steps must be at least 1")
+    if args.policy == "expert":
+        raise UsageError("bench reports the experts beside every policy: choose a search policy")
+    if args.workers is not None and args.workers < 1:
+        raise UsageError("--workers must be at least 1")
+    if (args.ray_address or args.workers) and importlib.util.find_spec("ray") is None:
+        raise UsageError("--ray-address and --workers need Ray: pip install 'jaxbench-gym[ray]'")
+    spec = suite.BenchSpec(policy=args.policy, steps=args.steps, backend=_backend(args.backend), seed=args.seed,
+                           policy_kwargs=policy_kwargs(args), configs=suite_configs(args.config, names),
+                           experts=not args.no_experts, timeout_s=args.timeout)
+    out = Path(args.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"cannot create --out directory {args.out}: {e.strerror or e}") from None
+    result = suite.bench(spec, names, out, cache_dir=args.cache_dir, ray_address=args.ray_address,
+                         workers=args.workers, show_progress=not args.json)
+    if args.json:
+        print(json.dumps(result, default=str))
+        return 0
+    print_bench(result)
+    print(f"wrote {out / 'results.json'}, {out / 'results.csv'} and {out / 'results.png'}")
+    return 0
+
+
+def print_bench(result: dict) -> None:
+    rows, summary = result["rows"], result["summary"]
+    sources = summary["timing_sources"]
+    word = "predicted" if sources == ["v6e-sim"] else "measured" if sources else "n/a"
+    print(f"\n{'workload':<44} {'XLA ms':>9} {'best ms':>9} {'speedup':>8} {'steps':>5} {'correct':>7} "
+          f"{'expert':>8}  timing")
+    for r in rows:
+        if r.get("error"):
+            print(f"{r['workload']:<44} error: {short(r['error'], 70)}")
+            continue
+        best = "-" if r.get("best_speedup") is None else f"{r['best_speedup']:.3f}x"
+        expert = f"{r['expert_speedup']:.3f}x" if r.get("expert_speedup") else "-"
+        rate = "-" if r.get("correct_rate") is None else f"{r['correct_rate']:.0%}"
+        print(f"{r['workload']:<44} {r['baseline_ms']:>9.4f} {r['best_ms'] or float('nan'):>9.4f} {best:>8} "
+              f"{r['steps']:>5} {rate:>7} {expert:>8}  {r.get('timing_source')}")
+
+    def line(label, f):
+        fp = "  ".join(f"fast_{p}={v:.2f}" for p, v in f["fast_p"].items() if v is not None)
+        rate = "" if f["correct_rate"] is None else f", correct rate {f['correct_rate']:.0%}"
+        print(f"{label}: geomean {f['geomean_speedup']:.3f}x over {f['workloads']} workloads "
+              f"({f['without_correct']} without a correct candidate, counted 1.0x){rate}; {fp}")
+
+    print(f"\nspeedups over XLA ({word} times)")
+    line(result["spec"]["policy"], summary["policy"])
+    if "expert" in summary:
+        line("experts, on their workloads", summary["expert"])
+        line(f"{result['spec']['policy']}, on the same workloads", summary["policy_on_expert_workloads"])
+    if summary["failed_workloads"]:
+        print(f"failed (not in the figures; re-run to retry): {', '.join(summary['failed_workloads'])}")
+
+
 def cmd_optimize(args) -> int:
     import gymnasium as gym
 
@@ -235,16 +336,7 @@ def cmd_optimize(args) -> int:
         raise UsageError("--steps must be at least 1")
     if args.policy == "expert" and not _workload(args.workload, config).expert_file:
         raise UsageError(f"{args.workload} has no expert kernel for --policy expert")
-    kwargs: dict = {}
-    if args.policy == "llm":
-        if not args.base_url:
-            raise UsageError("--policy llm needs --base-url (an OpenAI-compatible endpoint)")
-        kwargs = {"base_url": args.base_url, "model": args.model or "default", "api_key": args.api_key}
-    elif args.policy == "beam":
-        kwargs = {"beam_width": args.beam_width}
-    elif args.policy in ("random", "gradient") and args.seed is not None:
-        kwargs = {"seed": args.seed}
-    policy = make_policy(args.policy, **kwargs)
+    policy = make_policy(args.policy, **policy_kwargs(args))
     out = Path(args.out)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -388,6 +480,19 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--base-url", help="OpenAI-compatible endpoint for --policy llm, e.g. http://127.0.0.1:8000/v1")
     o.add_argument("--model", help="model name for --policy llm")
     o.add_argument("--api-key", default="none", help="API key for --policy llm")
+    bn = sub.add_parser("bench", parents=[common], help="run a policy over a set of workloads: the suite's figures")
+    bn.add_argument("--workloads", default="all", help="all, production, kernelbench or NAME,NAME,... (default all)")
+    bn.add_argument("--policy", required=True, choices=("random", "greedy", "beam", "gradient", "llm"))
+    bn.add_argument("--steps", type=int, required=True, help="policy steps per workload")
+    bn.add_argument("--out", required=True, help="directory for results.json/.csv/.png and per-workload results")
+    bn.add_argument("--seed", type=int, default=0)
+    bn.add_argument("--no-experts", action="store_true", help="skip the expert kernels")
+    bn.add_argument("--ray-address", help="run workloads as Ray tasks on this cluster (auto or HOST:PORT)")
+    bn.add_argument("--workers", type=int, help="run workloads as tasks of a local Ray instance with N CPUs")
+    bn.add_argument("--beam-width", type=int, default=4)
+    bn.add_argument("--base-url", help="OpenAI-compatible endpoint for --policy llm")
+    bn.add_argument("--model", help="model name for --policy llm")
+    bn.add_argument("--api-key", default="none", help="API key for --policy llm")
     sr = sub.add_parser("sim-report", parents=[common],
                         help="the v6e simulator against published v6e times, and a gemm block-size sweep")
     sr.add_argument("--pallas-validation", action="store_true",
@@ -399,7 +504,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 COMMANDS = {"list": cmd_list, "baseline": cmd_baseline, "evaluate": cmd_evaluate, "optimize": cmd_optimize,
-            "sim-report": cmd_sim_report}
+            "bench": cmd_bench, "sim-report": cmd_sim_report}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -20,7 +20,7 @@ import importlib.metadata
 import math
 import os
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import workloads
 from jaxbench_env import sim
@@ -121,6 +121,9 @@ class Evaluator:
         self._versions = {**_versions(), "tpu_type": os.environ.get("TPU_ACCELERATOR_TYPE") if self.backend == "tpu" else None,
                           "sim": f"{sim.FEATURES_VERSION}/{sim.calibration().version}" if self.backend == "sim" else None}
         self._baseline: EvalResult | None = None
+        # Told the name of each stage as an uncached evaluation starts it ("build" in the
+        # candidate's sandbox, then the judge's: verify, compile, check, time).
+        self.on_stage: Callable[[str], None] | None = None
 
     def _key(self, candidate: Candidate | None, compile_only: bool) -> str:
         return content_key(
@@ -142,7 +145,7 @@ class Evaluator:
         request = {"workload": self.workload.name, "config": self.workload.config, "backend": self.backend}
         try:
             if candidate is None:
-                answer = self.worker.call({**request, "op": "baseline"})
+                answer = self.worker.call({**request, "op": "baseline"}, on_stage=self.on_stage)
             else:
                 answer = self._judge_candidate(request, candidate, compile_only, expert_unchecked)
         except (WorkerError, CandidateFailed) as e:  # not cached: a timeout may not repeat on a quieter machine
@@ -160,6 +163,8 @@ class Evaluator:
 
     def _judge_at(self, request: dict, candidate: Candidate, compile_only: bool, expert_unchecked: bool,
                   min_rung: int) -> dict:
+        if self.on_stage is not None:
+            self.on_stage("build")
         built = self.sandbox.run(BUILD_JOB, {**request, "source": candidate.source, "min_rung": min_rung,
                                              "schedule": dict(candidate.schedule)})
         if built.error is not None:
@@ -179,7 +184,8 @@ class Evaluator:
             **request, "op": "judge", "artifacts": built.blobs, "rung": rung,
             "interpret_error": str(manifest.get("interpret_error") or "")[:MAX_CANDIDATE_ERROR_CHARS],
             "compile_only": compile_only,
-            "unchecked_because": "not checked: timing only" if compile_only and not expert_unchecked else None})
+            "unchecked_because": "not checked: timing only" if compile_only and not expert_unchecked else None},
+            on_stage=self.on_stage)
         answer["details"]["stage_s"] = {**stage_s, **answer["details"].get("stage_s", {})}
         return answer
 

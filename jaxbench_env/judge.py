@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -279,9 +279,15 @@ def measure_on_tpu(fn, inputs, warmup: int = 5, iters: int = 50) -> float:
     return float(np.median(times))
 
 
+# Told each stage's name as it starts (the worker streams them to the evaluator's progress display).
+on_stage: Callable[[str], None] | None = None
+
+
 def _timed(result: dict, stage: str, fn, *args):
     """Run one stage, recording its name (for errors) and wall time."""
     result["stage"] = stage
+    if on_stage is not None:
+        on_stage(stage)
     t0 = time.perf_counter()
     out = fn(*args)
     result["details"]["stage_s"][stage] = result["details"]["stage_s"].get(stage, 0.0) + time.perf_counter() - t0

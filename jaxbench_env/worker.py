@@ -21,9 +21,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any
+from typing import Any, Callable
 
 _HEADER = struct.Struct("!Q")
+STAGE_FRAME = "stage_started"  # a frame {STAGE_FRAME: name} before the answer: progress, not the answer
 DEFAULT_TIMEOUT_S = 300.0
 DEFAULT_MEMORY_BYTES = 16 * 2**30
 # Warnings libtpu prints at start-up on a machine without TPU metadata: harmless.
@@ -117,8 +118,10 @@ class Worker:
 
     close = kill
 
-    def call(self, request: dict, timeout_s: float | None = None) -> dict:
-        """Send one request; returns the worker's answer or raises WorkerError."""
+    def call(self, request: dict, timeout_s: float | None = None,
+             on_stage: Callable[[str], None] | None = None) -> dict:
+        """Send one request; returns the worker's answer or raises WorkerError. ``on_stage``
+        is told the name of each stage the judge starts (compile, check, time, ...)."""
         if self._proc is None or self._proc.poll() is not None:
             self.kill()
             self._start()
@@ -130,8 +133,17 @@ class Worker:
             tail = self._stderr_tail()
             self.kill()
             raise WorkerError(f"worker died before the request was sent ({e}); its last output:\n{tail}") from None
-        out_fd = proc.stdout.fileno()
         deadline = time.monotonic() + timeout
+        while True:
+            frame = self._next_frame(proc, deadline, timeout)
+            if isinstance(frame, dict) and set(frame) == {STAGE_FRAME}:
+                if on_stage is not None:
+                    on_stage(frame[STAGE_FRAME])
+                continue
+            return frame
+
+    def _next_frame(self, proc: subprocess.Popen, deadline: float, timeout: float) -> Any:
+        out_fd = proc.stdout.fileno()
         while True:
             ready, _, _ = select.select([out_fd], [], [], 0.1)
             if ready:
@@ -186,6 +198,7 @@ def _serve() -> None:
     from jaxbench_env import judge
 
     handlers = {"baseline": judge.baseline, "judge": judge.judge}
+    judge.on_stage = lambda stage: _write_frame(proto_out, {STAGE_FRAME: stage})
 
     while True:
         try:

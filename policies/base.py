@@ -71,7 +71,7 @@ def run_policy(policy, env, steps: int, seed: int | None = None, reset: bool = T
     """Reset ``env`` (unless ``reset=False``), then take ``steps`` steps with ``policy``.
 
     Returns one record per step: step, action, schedule, reward, speedup, correct,
-    compiled, time_ms, baseline_ms, error, timing_source. ``callback`` sees each record as
+    compiled, time_ms, baseline_ms, error, timing_source, trusted_timing. ``callback`` sees each record as
     it is made (for progress output). Stops early if the episode ends.
     """
     if reset:
@@ -86,7 +86,7 @@ def run_policy(policy, env, steps: int, seed: int | None = None, reset: bool = T
                "reward": float(reward), "speedup": info["speedup"], "correct": info["correct"],
                "compiled": bool(info["compiled"]), "time_ms": info["time_ms"],
                "baseline_ms": info["baseline_ms"], "error": info["error"],
-               "timing_source": info["timing_source"]}
+               "timing_source": info["timing_source"], "trusted_timing": info.get("trusted_timing")}
         records.append(rec)
         if callback is not None:
             callback(rec)
