@@ -227,7 +227,10 @@ def preload() -> None:
 
     prepare_process("sim")
     import workloads
+    from jaxbench_env import pallas_compat
     from jaxbench_env.aot import v6e_device
+
+    pallas_compat.install()  # kernels written against earlier jax releases' Pallas names
 
     v6e_device()
     gemm = workloads.get("gemm", {"M": 256, "K": 256, "N": 256})
