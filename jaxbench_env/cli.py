@@ -1,6 +1,7 @@
 """The ``jaxbench`` command line: list workloads, time baselines, evaluate and optimize kernels.
 
     jaxbench list [--json]
+    jaxbench show gemm [--config M=1024] [--json]
     jaxbench baseline gemm [--config M=1024,K=1024,N=2048] [--backend sim] [--expert] [--json]
     jaxbench evaluate gemm [--kernel my_kernel.py] [--schedule block_m=256] [--json]
     jaxbench optimize gemm --policy greedy --steps 20 --out runs/gemm [--json]
@@ -20,6 +21,7 @@ import argparse
 import importlib.util
 import json
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -107,7 +109,14 @@ def _evaluator(args, config):
 
     _workload(args.workload, config)
     _backend(args.backend)
-    return Evaluator(args.workload, config, args.backend, cache_dir=args.cache_dir, timeout_s=args.timeout)
+    ev = Evaluator(args.workload, config, args.backend, cache_dir=args.cache_dir, timeout_s=args.timeout)
+    show_stages(ev, args.workload)
+    return ev
+
+
+def show_stages(evaluator, label: str) -> None:
+    """Name each stage of an uncached evaluation on stderr as it starts (long steps are not silent)."""
+    evaluator.on_stage = lambda stage: print(f"[jaxbench] {label}: {stage}...", file=sys.stderr, flush=True)
 
 
 # --- subcommands -------------------------------------------------------------------------
@@ -133,11 +142,49 @@ def cmd_list(args) -> int:
     for r in rows:
         print(f"{r['name']:<{width}}  {r['jaxbench_id']:<5} {r['category']:<{cat}}  {'yes' if r['expert'] else '-':<6}  "
               f"{r['description']}")
+        print(f"{'':<{width}}  config: {', '.join(f'{k}={v}' for k, v in r['config'].items())}")
         for i, rung in enumerate(r.get("check_rungs", [])):
             shrunk = ", ".join(f"{k}={v}" for k, v in rung.items()) or "the full size"
             print(f"{'':<{width}}  check rung {i}: {shrunk}")
         if r.get("check_rungs") and r["check_rungs"][-1]:
             print(f"{'':<{width}}  (no rung past this: its inputs or the reference's intermediates exceed the check's cap)")
+    return 0
+
+
+def cmd_show(args) -> int:
+    wl = _workload(args.workload, parse_pairs(args.config, "--config"))
+    space = wl.space()
+    rungs = wl.check_rungs()
+    obj = {"name": wl.name, "jaxbench_id": wl.jaxbench_id, "category": wl.category, "description": wl.description,
+           "config": wl.config, "defaults": dict(wl.defaults), "check_config": rungs[0],
+           "check_rungs": [wl.shrunk(r) for r in rungs], "atol": wl.atol, "rtol": wl.rtol,
+           "float32_check": wl.float32_check,
+           "knobs": [{"name": k.name, "values": list(k.values), "default": k.default} for k in space.knobs],
+           "default_schedule": space.default(), "expert": wl.expert_file or None,
+           "expert_checked_on_cpu": bool(wl.expert_file) and wl.expert_checks_on_cpu,
+           "env_id": f"JAXBench/{wl.name}-v0"}
+    if args.json:
+        print(json.dumps(obj, default=str))
+        return 0
+    print(f"{wl.name} ({wl.jaxbench_id}, {wl.category}): {wl.description}")
+    print(f"  env id: {obj['env_id']}")
+    print("  config (full size; --config KEY=VALUE overrides):")
+    for k, v in wl.config.items():
+        changed = "" if wl.defaults.get(k) == v else f"  (default {wl.defaults.get(k)})"
+        print(f"    {k} = {v}{changed}")
+    shrunk = ", ".join(f"{k}={v}" for k, v in wl.shrunk(rungs[0]).items()) or "the full size"
+    print(f"  correctness check: interpret mode at {shrunk}, 3 seeds, atol {wl.atol:g}, rtol {wl.rtol:g}"
+          + (" (against a float32 reference)" if wl.float32_check else ""))
+    print(f"  check-size ladder: {len(rungs)} rung(s) (jaxbench list --rungs)")
+    print("  schedule knobs (legal values; * the default):")
+    for k in space.knobs:
+        values = " ".join(f"{v}*" if v == k.default else str(v) for v in k.values)
+        print(f"    {k.name}: {values}")
+    if not space.knobs:
+        print("    (none)")
+    expert = "none" if not wl.expert_file else f"workloads/experts/{wl.expert_file}" + (
+        "" if wl.expert_checks_on_cpu else " (compile-checked only off-TPU)")
+    print(f"  expert kernel: {expert}")
     return 0
 
 
@@ -346,6 +393,7 @@ def cmd_optimize(args) -> int:
     env = gym.make(f"jaxbench_env:JAXBench/{args.workload}-v0", action_mode=POLICY_ACTION_MODE[args.policy],
                    config=config, backend=args.backend, max_steps=args.steps, cache_dir=args.cache_dir,
                    timeout_s=args.timeout)
+    show_stages(env.unwrapped.evaluator, args.workload)
     try:
         _, info0 = env.reset(seed=args.seed)
         policy.reset()
@@ -362,13 +410,18 @@ def cmd_optimize(args) -> int:
 
         records = run_policy(policy, env, args.steps, reset=False, callback=progress)
         u = env.unwrapped
+        config_used = dict(u.workload.config)
         best_source, best_schedule = u.best if u.best is not None else (u.source, dict(u.schedule))
         best_speedup = u.best_speedup
     finally:
         env.close()
 
     (out / "best_kernel.py").write_text(with_schedule(best_source, best_schedule))
-    (out / "log.json").write_text(json.dumps(records, indent=1, default=str))
+    start = {k: info0.get(k) for k in ("schedule", "time_ms", "speedup", "correct", "cached", "error")}
+    (out / "log.json").write_text(json.dumps(
+        {"workload": args.workload, "config": config_used, "policy": args.policy, "backend": info0["backend"],
+         "timing_source": info0["timing_source"], "baseline_ms": info0["baseline_ms"], "start": start,
+         "steps": records}, indent=1, default=str))
 
     summary = {"workload": args.workload, "policy": args.policy, "steps": len(records),
                "timing_source": info0["timing_source"], "baseline_ms": info0["baseline_ms"],
@@ -462,6 +515,8 @@ def build_parser() -> argparse.ArgumentParser:
     ls = sub.add_parser("list", parents=[common], help="list the workloads")
     ls.add_argument("--rungs", action="store_true",
                     help="also print each workload's check-size ladder (the dimensions each rung shrinks)")
+    sh = sub.add_parser("show", parents=[common], help="a workload's config, check, knobs, tolerance and expert")
+    sh.add_argument("workload")
     b = sub.add_parser("baseline", parents=[common], help="time a workload's XLA baseline")
     b.add_argument("workload")
     b.add_argument("--expert", action="store_true",
@@ -503,7 +558,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-COMMANDS = {"list": cmd_list, "baseline": cmd_baseline, "evaluate": cmd_evaluate, "optimize": cmd_optimize,
+COMMANDS = {"list": cmd_list, "show": cmd_show, "baseline": cmd_baseline, "evaluate": cmd_evaluate, "optimize": cmd_optimize,
             "bench": cmd_bench, "sim-report": cmd_sim_report}
 
 
@@ -517,6 +572,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("jaxbench: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # output piped into `head` and the like: stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -53,7 +53,7 @@ class JAXBenchEnv(gym.Env):
     schedule and max_abs_err; times are predictions when timing_source is "v6e-sim".
     """
 
-    metadata = {"render_modes": ["ansi"]}
+    metadata = {"render_modes": ["ansi"], "render_fps": 1}
 
     def __init__(self, workload: str, backend: str = "auto", action_mode: str = "schedule",
                  max_steps: int = 32, penalty: float = -1.0, reward: str = "speedup",

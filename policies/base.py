@@ -7,6 +7,7 @@ returns one action for ``env.step``. ``run_policy`` drives one for a number of s
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
@@ -71,7 +72,8 @@ def run_policy(policy, env, steps: int, seed: int | None = None, reset: bool = T
     """Reset ``env`` (unless ``reset=False``), then take ``steps`` steps with ``policy``.
 
     Returns one record per step: step, action, schedule, reward, speedup, correct,
-    compiled, time_ms, baseline_ms, error, timing_source, trusted_timing. ``callback`` sees each record as
+    compiled, time_ms, baseline_ms, error, timing_source, trusted_timing, cached, wall_s (the
+    policy's choice and the evaluation), and an LLM policy's prompt and reply. ``callback`` sees each record as
     it is made (for progress output). Stops early if the episode ends.
     """
     if reset:
@@ -80,13 +82,18 @@ def run_policy(policy, env, steps: int, seed: int | None = None, reset: bool = T
             policy.reset()
     records = []
     for n in range(1, steps + 1):
+        t0 = time.perf_counter()
         action = policy.act(env)
         _, reward, terminated, truncated, info = env.step(action)
         rec = {"step": n, "action": jsonable(action), "schedule": jsonable(info["schedule"]),
                "reward": float(reward), "speedup": info["speedup"], "correct": info["correct"],
                "compiled": bool(info["compiled"]), "time_ms": info["time_ms"],
                "baseline_ms": info["baseline_ms"], "error": info["error"],
-               "timing_source": info["timing_source"], "trusted_timing": info.get("trusted_timing")}
+               "timing_source": info["timing_source"], "trusted_timing": info.get("trusted_timing"),
+               "cached": info.get("cached"), "wall_s": time.perf_counter() - t0}
+        for key in ("last_prompt", "last_reply"):  # an LLM policy's exchange for this step
+            if getattr(policy, key, None) is not None:
+                rec[key.removeprefix("last_")] = getattr(policy, key)
         records.append(rec)
         if callback is not None:
             callback(rec)

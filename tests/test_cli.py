@@ -79,9 +79,11 @@ def test_optimize_random_writes_outputs(cli, tmp_path):
     assert p.stderr.count("step ") >= 3  # one progress line per step
     assert "speedup" in p.stdout
     log = json.loads((out / "log.json").read_text())
-    assert len(log) == 3
-    for n, rec in enumerate(log, 1):
-        assert rec["step"] == n
+    assert log["config"]["M"] == 1024 and log["policy"] == "random" and log["timing_source"] == "v6e-sim"
+    assert log["start"]["speedup"] > 0 and log["start"]["schedule"]
+    assert len(log["steps"]) == 3
+    for n, rec in enumerate(log["steps"], 1):
+        assert rec["step"] == n and rec["wall_s"] > 0 and isinstance(rec["cached"], bool)
         for key in ("action", "schedule", "reward", "speedup", "correct", "compiled", "time_ms", "error",
                     "timing_source"):
             assert key in rec
@@ -101,3 +103,16 @@ def test_bad_input_exits_2(cli, args, needle):
     assert p.returncode == 2
     assert needle in p.stderr and "Traceback" not in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1
+
+
+def test_show_describes_the_workload(cli):
+    p = cli("show", "gemm", "--config", "M=1024", "--json")
+    assert p.returncode == 0, p.stderr
+    obj = json.loads(p.stdout)
+    assert obj["config"]["M"] == 1024 and obj["defaults"]["M"] == 8192 and obj["expert"] == "gemm.py"
+    assert [k["name"] for k in obj["knobs"]] == ["block_m", "block_k", "block_n", "buffers", "order"]
+    assert all(k["default"] in k["values"] for k in obj["knobs"]) and obj["atol"] > 0
+    p = cli("show", "ragged_paged_attention")
+    assert p.returncode == 0, p.stderr
+    assert "compile-checked only off-TPU" in p.stdout and "schedule knobs" in p.stdout
+    assert cli("show", "nope").returncode == 2
