@@ -176,6 +176,10 @@ def cmd_show(args) -> int:
     print(f"  correctness check: interpret mode at {shrunk}, 3 seeds, atol {wl.atol:g}, rtol {wl.rtol:g}"
           + (" (against a float32 reference)" if wl.float32_check else ""))
     print(f"  check-size ladder: {len(rungs)} rung(s) (jaxbench list --rungs)")
+    limit = space.check(space.default()) if space.knobs and not any(
+        space.check(sched) is None for sched in space.all_schedules()) else None
+    if limit:
+        print(f"  template: cannot serve this config ({limit}); source actions and kernel files still can")
     print("  schedule knobs (legal values; * the default):")
     for k in space.knobs:
         values = " ".join(f"{v}*" if v == k.default else str(v) for v in k.values)

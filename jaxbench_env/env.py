@@ -87,7 +87,10 @@ class JAXBenchEnv(gym.Env):
             "action_mask": spaces.MultiBinary(int(self.schedule_space.nvec.sum()) or 1),
         })
         self._template = self.workload.template_source()
-        self._start_schedule = self.schedule_space.nearest_valid(self.schedule_space.default())
+        try:
+            self._start_schedule = self.schedule_space.nearest_valid(self.schedule_space.default())
+        except ValueError:  # the template cannot serve this config: reset says why; source actions still work
+            self._start_schedule = self.schedule_space.default()
         self._reset_state()
 
     # --- state -------------------------------------------------------------------------
@@ -125,7 +128,9 @@ class JAXBenchEnv(gym.Env):
         self._seeded = True
         self.action_space.seed(int(self.np_random.integers(2**31)))
         self._reset_state()
-        start = self.evaluator.evaluate(Candidate(self.source, self.schedule))
+        reason = self.schedule_space.check(self.schedule)
+        start = self._failure(f"the template cannot serve this config: {reason}", "schedule") if reason \
+            else self.evaluator.evaluate(Candidate(self.source, self.schedule))
         self.last = start
         self.current_speedup = self.best_speedup = start.speedup or 0.0
         self.best = (self.source, dict(self.schedule)) if start.ok else None

@@ -137,10 +137,15 @@ def test_space_rejects_impossible_schedules_and_bad_configs():
     odd = RaggedPagedAttention({"max_num_batched_tokens": 4080, "pages_per_seq": 200}).space()
     assert "does not divide" in odd.check({**space.default(), "q_block": 32})
     assert "does not divide" in odd.check({**space.default(), "q_block": 16, "pages_per_block": 16})
-    for bad in ({"max_num_seqs": 60}, {"num_q_heads": 60}, {"page_size": 8}, {"head_dim": 64},
+    for bad in ({"max_num_seqs": 60}, {"num_q_heads": 60},
                 {"pages_per_seq": 16}):  # the last: prefill chunks of 512 need kv_len > 256
         with pytest.raises(ValueError):
             RaggedPagedAttention(bad)
+    # Configs the reference runs and the template cannot: every schedule says why.
+    for config, why in (({"page_size": 8}, "page_size a multiple of 16"), ({"head_dim": 64}, "head_dim"),
+                        ({"num_q_heads": 32}, "multiple of 8")):
+        limited = RaggedPagedAttention(config).space()
+        assert all(why in limited.check(s) for s in limited.all_schedules())
 
 
 SCHEDULES = [{"q_block": 128, "pages_per_block": 8, "buffers": 1},
@@ -177,3 +182,18 @@ def test_interpreter_still_cannot_run_the_expert():
 @pytest.mark.slow
 def test_expert_compiles_for_v6e_at_full_size():
     compile_full_size(W, W.expert_source(), {})
+
+
+LLAMA_8B_GROUPS = {"num_q_heads": 32, "num_kv_heads": 8, "max_num_batched_tokens": 512, "max_num_seqs": 16,
+                   "pages_per_seq": 64}
+
+
+def test_a_config_the_template_cannot_serve_is_still_an_environment(make_env, cli):
+    """Llama-3.1-8B's 4 query heads per KV head: the reference runs it, the template needs 8."""
+    env = make_env("ragged_paged_attention", LLAMA_8B_GROUPS)
+    obs, info = env.reset(seed=0)
+    assert info["baseline_ms"] > 0 and info["speedup"] is None
+    assert "template cannot serve this config" in info["error"] and "multiple of 8" in info["error"]
+    assert not obs["action_mask"].any()  # no schedule of the template is legal here
+    p = cli("show", "ragged_paged_attention", "--config", "num_q_heads=32,num_kv_heads=8")
+    assert p.returncode == 0 and "cannot serve this config" in p.stdout, p.stderr

@@ -113,6 +113,22 @@ def random_scenario(config, key) -> tuple[list[int], list[int]]:
     return [int(q) for q in q_lens], kv_lens
 
 
+def template_limit(config) -> str | None:
+    """Why the template cannot serve ``config`` (a config the reference runs), or None."""
+    per_kv = config["num_q_heads"] // config["num_kv_heads"]
+    if per_kv % 8:
+        return (f"the template needs num_q_heads / num_kv_heads a multiple of 8 (the query heads of one KV "
+                f"head fill a sublane tile); got {per_kv}")
+    if config["head_dim"] % 128:
+        return f"the template needs head_dim a multiple of 128 (the lane width); got {config['head_dim']}"
+    if config["page_size"] % 16:
+        return f"the template needs page_size a multiple of 16 (a bf16 tile); got {config['page_size']}"
+    for key, blocks in (("max_num_batched_tokens", Q_BLOCKS), ("pages_per_seq", PAGE_BLOCKS)):
+        if config[key] % blocks[0]:
+            return f"the template needs {key} a multiple of {blocks[0]} (its smallest block); got {config[key]}"
+    return None
+
+
 class RaggedPagedAttention(Workload):
     name = "ragged_paged_attention"
     jaxbench_id = "7p"
@@ -140,17 +156,9 @@ class RaggedPagedAttention(Workload):
         keys = ("max_num_batched_tokens", "max_num_seqs", "num_q_heads", "num_kv_heads", "head_dim", "page_size",
                 "pages_per_seq")
         require_positive_ints(self.name, config, keys)
-        if config["num_q_heads"] % config["num_kv_heads"] or (config["num_q_heads"] // config["num_kv_heads"]) % 8:
-            raise ValueError(f"{self.name}: num_q_heads={config['num_q_heads']} must be a multiple of 8 * "
-                             f"num_kv_heads={config['num_kv_heads']} (query heads per KV head fill a sublane tile)")
-        if config["head_dim"] % 128:
-            raise ValueError(f"{self.name}: head_dim={config['head_dim']} must be a multiple of 128 (the lane width)")
-        if config["page_size"] % 16:
-            raise ValueError(f"{self.name}: page_size={config['page_size']} must be a multiple of 16 (a bf16 tile)")
-        for key, blocks in (("max_num_batched_tokens", Q_BLOCKS), ("pages_per_seq", PAGE_BLOCKS)):
-            if config[key] % blocks[0]:
-                raise ValueError(f"{self.name}: {key}={config[key]} must be a multiple of {blocks[0]} "
-                                 "(the smallest block)")
+        if config["num_q_heads"] % config["num_kv_heads"]:
+            raise ValueError(f"{self.name}: num_q_heads={config['num_q_heads']} must be a multiple of "
+                             f"num_kv_heads={config['num_kv_heads']} (grouped-query attention)")
         slots, tokens = config["max_num_seqs"], config["max_num_batched_tokens"]
         if slots % 8 or tokens % (slots // 8):
             raise ValueError(f"{self.name}: the scenario needs max_num_seqs a multiple of 8 (got {slots}) and "
@@ -239,12 +247,17 @@ class RaggedPagedAttention(Workload):
         return float(nbytes), 2.0 * 2 * hq * d * pairs
 
     def schedule_space(self, config):
+        """Every schedule is illegal (with the reason) for a config the template cannot serve."""
         dt = str(jnp.dtype(config["dtype"]))
         d, ps, hkv, hq = config["head_dim"], config["page_size"], config["num_kv_heads"], config["num_q_heads"]
         dims = {"q_block": ("max_num_batched_tokens", config["max_num_batched_tokens"]),
                 "pages_per_block": ("pages_per_seq", config["pages_per_seq"])}
 
+        limit = template_limit(config)
+
         def check(s):
+            if limit:
+                return limit
             bq, block_len = s["q_block"], s["pages_per_block"] * ps
             rows = bq * (hq // hkv)  # one KV head's query rows
             vmem = (
