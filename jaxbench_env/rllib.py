@@ -39,7 +39,8 @@ OBS_LIMIT = 64.0  # observations are clipped to +-64 (speedups beyond that carry
 class KnobMoveEnv(gym.Env):
     """Schedule search on one or several workloads by single-knob moves, exactly masked.
 
-    ``env_config``: ``workloads`` (names), ``configs`` (name -> config overrides),
+    ``env_config``: ``workloads`` (names), ``reset_workloads`` (those resets cycle through;
+    default all), ``configs`` (name -> config overrides),
     ``backend``, ``cache_dir``, ``max_steps``, ``log_dir`` (where each step and each
     workload's best are written as JSON lines, for the learning curve and the tests).
     Reward: the schedule env's (speedup of a correct candidate, else the penalty).
@@ -61,8 +62,11 @@ class KnobMoveEnv(gym.Env):
         self.action_space = spaces.Discrete(self.n)
         dim = N_FEATURES + self.n + 4 + len(self.names) + self.n
         self.observation_space = spaces.Box(-OBS_LIMIT, OBS_LIMIT, (dim,), np.float32)
-        # Sub-envs of one runner start on different workloads.
-        self.index = getattr(env_config, "vector_index", 0) % len(self.envs) - 1
+        # Resets cycle through these (default: all; a held-out workload can share the space
+        # and never be stepped on in training). Sub-envs of one runner start on different ones.
+        self.cycle = [self.names.index(n) for n in (cfg.get("reset_workloads") or self.names)]
+        self.position = getattr(env_config, "vector_index", 0) % len(self.cycle) - 1
+        self.index = self.cycle[self.position]
         self.log_dir = Path(cfg["log_dir"]) if cfg.get("log_dir") else None
         self.log_name = f"{os.getpid()}-{id(self):x}"
         self.best: dict[str, tuple[float, dict]] = {}
@@ -106,7 +110,8 @@ class KnobMoveEnv(gym.Env):
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
-        self.index = (self.index + 1) % len(self.envs)
+        self.position = (self.position + 1) % len(self.cycle)
+        self.index = self.cycle[self.position]
         inner, info = self.env.reset(seed=seed)
         self._record_best(info)
         return self._obs(inner), {**info, "workload": self.names[self.index]}
