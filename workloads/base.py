@@ -86,34 +86,6 @@ def _toward(value, full):
     return full
 
 
-def _eqns(jaxpr, times: float = 1.0):
-    """Every equation of a jaxpr and its nested jaxprs, with how many times it runs (a scan's
-    body ``length`` times; a while loop's, whose trip count is not static, once)."""
-    for eqn in jaxpr.eqns:
-        yield eqn, times
-        inner = times * (eqn.params.get("length", 1) if eqn.primitive.name == "scan" else 1)
-        for p in eqn.params.values():
-            for sub in p if isinstance(p, (tuple, list)) else (p,):
-                sub = getattr(sub, "jaxpr", sub)
-                if hasattr(sub, "eqns"):
-                    yield from _eqns(sub, inner)
-
-
-def _matmul_flops(eqn) -> float:
-    """FLOPs of a dot_general or a convolution (2 per multiply-add), else 0."""
-    name = eqn.primitive.name
-    out = eqn.outvars[0].aval.shape
-    if name == "dot_general":
-        (contracting, _), _ = eqn.params["dimension_numbers"]
-        lhs = eqn.invars[0].aval.shape
-        return 2.0 * math.prod(out) * math.prod(lhs[d] for d in contracting)
-    if name == "conv_general_dilated":
-        rhs = eqn.invars[1].aval.shape
-        out_feature_dim = eqn.params["dimension_numbers"].rhs_spec[0]
-        return 2.0 * math.prod(out) * math.prod(rhs) / rhs[out_feature_dim]
-    return 0.0
-
-
 class Workload:
     """Base class. Subclasses set the class attributes and implement the four methods."""
 
@@ -201,8 +173,10 @@ class Workload:
     def largest_intermediate_bytes(self, config: Mapping[str, Any]) -> int:
         """The largest array the reference makes at ``config`` (traced, not run): attention
         references materialize seq x seq scores that dwarf their inputs."""
+        from jaxbench_env.sim.pallas import jaxpr_eqns  # here: jaxbench_env imports this module
+
         return max((math.prod(v.aval.shape) * v.aval.dtype.itemsize
-                    for eqn, _ in _eqns(self._reference_jaxpr(config).jaxpr) for v in eqn.outvars
+                    for eqn, _ in jaxpr_eqns(self._reference_jaxpr(config).jaxpr) for v in eqn.outvars
                     if hasattr(v.aval, "shape") and hasattr(v.aval, "dtype")), default=0)
 
     def essential_work(self, config: Mapping[str, Any]) -> tuple[float, float]:
@@ -214,10 +188,12 @@ class Workload:
         less than that: skip inputs (a dead GEMM, KV pages no sequence references), or
         compute less than its reference (half the scores of a causal attention, the routed
         experts of an MoE whose reference runs them all)."""
+        from jaxbench_env.sim.pallas import jaxpr_eqns, matmul_flops
+
         closed = self._reference_jaxpr(config)
         avals = [*closed.in_avals, *closed.out_avals]
         nbytes = sum(map(aval_bytes, avals))
-        return float(nbytes), float(sum(times * _matmul_flops(eqn) for eqn, times in _eqns(closed.jaxpr)))
+        return float(nbytes), float(sum(times * matmul_flops(eqn) for eqn, times in jaxpr_eqns(closed.jaxpr)))
 
     def shrunk(self, config: Mapping[str, Any]) -> dict:
         """The entries of ``config`` that differ from the full size (for messages)."""

@@ -169,31 +169,45 @@ def _dma_bytes(eqn) -> float:
     return float(math.prod(shape) * _itemsize(dtype))
 
 
-def body_work(jaxpr) -> tuple[float, float, float, float]:
-    """(MXU flops, vector ops, transcendentals, bytes of hand-issued DMAs) of one run of a body.
+def jaxpr_eqns(jaxpr, times: float = 1.0):
+    """Every equation of a jaxpr and its nested jaxprs, with how many times it runs (a scan's
+    body ``length`` times; a while loop's, whose trip count the jaxpr does not say, once)."""
+    for eqn in jaxpr.eqns:
+        yield eqn, times
+        inner = times * (eqn.params.get("length", 1) if eqn.primitive.name == "scan" else 1)
+        for sub in _subjaxprs(eqn):
+            yield from jaxpr_eqns(sub, inner)
 
-    A ``scan`` (a fori_loop with static bounds) counts ``length`` times; a ``while`` loop,
-    whose trip count the jaxpr does not say, once.
-    """
+
+def matmul_flops(eqn) -> float:
+    """FLOPs of a dot_general or a convolution (2 per multiply-add), else 0."""
+    name = eqn.primitive.name
+    out = eqn.outvars[0].aval.shape
+    if name == "dot_general":
+        (contracting, _), _ = eqn.params["dimension_numbers"]
+        lhs = eqn.invars[0].aval.shape
+        return 2.0 * math.prod(out) * math.prod(lhs[d] for d in contracting)
+    if name == "conv_general_dilated":
+        rhs = eqn.invars[1].aval.shape
+        return 2.0 * math.prod(out) * math.prod(rhs) / rhs[eqn.params["dimension_numbers"].rhs_spec[0]]
+    return 0.0
+
+
+def body_work(jaxpr) -> tuple[float, float, float, float]:
+    """(MXU flops, vector ops, transcendentals, bytes of hand-issued DMAs) of one run of a body,
+    loops counted as ``jaxpr_eqns`` counts them."""
     flops = vec = trans = dma = 0.0
-    stack = [(jaxpr, 1.0)]
-    while stack:
-        j, times = stack.pop()
-        for eqn in j.eqns:
-            name = eqn.primitive.name
-            inner = times * (eqn.params.get("length", 1) if name == "scan" else 1)
-            stack.extend((sub, inner) for sub in _subjaxprs(eqn))
-            out_elems = times * sum(math.prod(getattr(v.aval, "shape", ()) or (1,)) for v in eqn.outvars)
-            if name == "dot_general":
-                (lc, _), _ = eqn.params["dimension_numbers"]
-                lhs_shape = eqn.invars[0].aval.shape
-                flops += 2.0 * out_elems * math.prod(lhs_shape[d] for d in lc)
-            elif name == "dma_start":
-                dma += times * _dma_bytes(eqn)
-            elif name in _TRANSCENDENTAL:
-                trans += out_elems
-            elif name not in _FREE:
-                vec += out_elems
+    for eqn, times in jaxpr_eqns(jaxpr):
+        name = eqn.primitive.name
+        out_elems = times * sum(math.prod(getattr(v.aval, "shape", ()) or (1,)) for v in eqn.outvars)
+        if name in ("dot_general", "conv_general_dilated"):
+            flops += times * matmul_flops(eqn)
+        elif name == "dma_start":
+            dma += times * _dma_bytes(eqn)
+        elif name in _TRANSCENDENTAL:
+            trans += out_elems
+        elif name not in _FREE:
+            vec += out_elems
     return flops, vec, trans, dma
 
 
