@@ -75,6 +75,26 @@ def load_module(source: str, config: Mapping[str, Any], schedule: Mapping[str, A
     return module
 
 
+def entry_point(module, wl, config, n_inputs: int):
+    """``module.workload``, given JAXBench's extra static arguments (``wl.jaxbench_extra_args``)
+    when its signature requires exactly that many more parameters than there are inputs."""
+    import inspect
+
+    fn, extra = module.workload, wl.jaxbench_extra_args(config)
+    if not extra:
+        return fn
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return fn
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return fn
+    required = [p for p in params if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(required) != n_inputs + len(extra):
+        return fn
+    return lambda *inputs: fn(*inputs, *extra)
+
+
 def trace(fn, specs):
     """(closed jaxpr, output tree) of ``fn`` at ``specs``: the candidate's Python runs here, once."""
     import jax
@@ -179,7 +199,7 @@ def build_artifacts(request: Mapping[str, Any]) -> tuple[dict, dict[str, bytes]]
         full_specs = input_specs(wl, wl.config)
         module.CONFIG = dict(wl.config)
         try:
-            full, out_tree = trace(module.workload, full_specs)
+            full, out_tree = trace(entry_point(module, wl, wl.config, len(full_specs)), full_specs)
             full = strip_debug(full)
         except Exception as e:  # noqa: BLE001
             raise CandidateError(f"tracing workload at full size failed: {short(e)}\n{candidate_frames(e)}") from None
@@ -188,7 +208,8 @@ def build_artifacts(request: Mapping[str, Any]) -> tuple[dict, dict[str, bytes]]
         for rung, config in list(enumerate(wl.check_rungs()))[first:]:
             module.CONFIG = dict(config)  # the config of the size being traced
             try:
-                check, check_tree = trace(module.workload, input_specs(wl, config))
+                specs = input_specs(wl, config)
+                check, check_tree = trace(entry_point(module, wl, config, len(specs)), specs)
                 check = strip_debug(check)
                 break
             except Exception as e:  # noqa: BLE001 - a size-dependent assertion: climb a rung

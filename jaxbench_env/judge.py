@@ -121,6 +121,17 @@ def expected(wl: workloads.Workload, config: dict, seed: int) -> Expected:
     return _expected_cache[key]
 
 
+def dtype_accepted(got, want) -> bool:
+    """An output dtype the check accepts for the reference's: the same, or a wider float (a
+    kernel may keep its f32 accumulator's precision; its values are still checked, and the
+    bigger output is timed)."""
+    import jax.numpy as jnp  # its dtypes know bfloat16 as a float
+
+    got, want = jnp.dtype(got), jnp.dtype(want)
+    return got == want or (jnp.issubdtype(got, jnp.floating) and jnp.issubdtype(want, jnp.floating)
+                           and got.itemsize > want.itemsize)
+
+
 def check_structure(out, ref) -> None:
     import jax
 
@@ -131,7 +142,7 @@ def check_structure(out, ref) -> None:
     for o, r in zip(out_leaves, ref_leaves):
         if tuple(np.shape(o)) != tuple(np.shape(r)):
             raise Rejected(f"output shape {tuple(np.shape(o))} does not match the reference's {tuple(np.shape(r))}")
-        if np.dtype(o.dtype) != np.dtype(r.dtype):
+        if not dtype_accepted(o.dtype, r.dtype):
             raise Rejected(f"output dtype {np.dtype(o.dtype)} does not match the reference's {np.dtype(r.dtype)}")
 
 
@@ -191,7 +202,7 @@ def check_signature(wl: workloads.Workload, exported, config: dict, what: str) -
     for got, want in zip(_avals(exported.out_avals), _avals(ref_leaves)):
         if got[0] != want[0]:
             raise Rejected(f"output shape {got[0]} does not match the reference's {want[0]}")
-        if got[1] != want[1]:
+        if not dtype_accepted(got[1], want[1]):
             raise Rejected(f"output dtype {got[1]} does not match the reference's {want[1]}")
 
 

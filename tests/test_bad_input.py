@@ -24,8 +24,8 @@ BAD_SOURCES = {
     "exception at import": ("raise RuntimeError('boom at import')\n", "import failed: RuntimeError: boom at import"),
     "exception at call": ("def workload(a, b):\n    raise ValueError('boom at call')\n", "boom at call"),
     "wrong shape": ("def workload(a, b):\n    return (a @ b)[:, :128]\n", "output shape (1024, 128) does not match"),
-    "wrong dtype": ("import jax.numpy as jnp\ndef workload(a, b):\n    return (a @ b).astype(jnp.float32)\n",
-                    "output dtype float32 does not match"),
+    "wrong dtype": ("import jax.numpy as jnp\ndef workload(a, b):\n    return (a @ b).astype(jnp.float16)\n",
+                    "output dtype float16 does not match"),
     "wrong result": ("def workload(a, b):\n    return (a @ b) * 1.5\n", "wrong result"),
     "nan output": ("import jax.numpy as jnp\ndef workload(a, b):\n    return (a @ b) * jnp.nan\n", "NaN/Inf"),
     "block shape Mosaic rejects": (KERNEL_PREAMBLE + textwrap.dedent("""

@@ -123,3 +123,41 @@ def test_template_interpret(schedule):
 
 def test_expert_interpret():
     assert_expert_correct(W)
+
+
+JAXBENCH_SIGNATURE = '''
+import jax
+import jax.numpy as jnp
+
+
+def workload(lhs, rhs, group_sizes, max_expert_size):
+    """JAXBench's signature: the fourth argument is the Python int bound on a group's size.
+    The f32 result is returned as it is (megablox's preferred_element_type default)."""
+    assert isinstance(max_expert_size, int) and max_expert_size > 0
+    m, n = lhs.shape[0], rhs.shape[2]
+    ends = jnp.cumsum(group_sizes)
+    starts = ends - group_sizes
+    rows = jnp.arange(max_expert_size)
+    padded = jnp.pad(lhs, ((0, max_expert_size), (0, 0)))  # every window fits, wherever it starts
+
+    def one_group(g, out):  # a window of max_expert_size rows from group g's start, the rest kept
+        window = jax.lax.dynamic_slice_in_dim(padded, starts[g], max_expert_size)
+        product = jnp.dot(window, rhs[g], preferred_element_type=jnp.float32)
+        mine = starts[g] + rows < ends[g]
+        kept = jax.lax.dynamic_slice_in_dim(out, starts[g], max_expert_size)
+        return jax.lax.dynamic_update_slice_in_dim(out, jnp.where(mine[:, None], product, kept), starts[g], 0)
+
+    out = jnp.zeros((m + max_expert_size, n), jnp.float32)
+    return jax.lax.fori_loop(0, rhs.shape[0], one_group, out)[:m]
+'''
+
+
+def test_jaxbench_signature_and_a_wider_float_output_are_accepted(evaluators):
+    from jaxbench_env.candidate import Candidate
+
+    result = evaluators("megablox_gmm").evaluate(Candidate(JAXBENCH_SIGNATURE, {}))
+    assert result.compiled and result.correct and result.error is None, result.error
+    narrower = JAXBENCH_SIGNATURE.replace("one_group, out)[:m]", "one_group, out)[:m].astype(jnp.float16)")
+    assert narrower != JAXBENCH_SIGNATURE
+    result = evaluators("megablox_gmm").evaluate(Candidate(narrower, {}))
+    assert not result.correct and "output dtype float16 does not match" in result.error

@@ -4,7 +4,9 @@ Inputs (spec 11p): ``split(key(42), 2)`` -> lhs (M, K) ~ N(0,1) and rhs (G, K, N
 N(0,1)*0.02, bf16, with M = seq_len * num_experts_per_tok = 32768, K = emb_dim = 4096,
 N = moe_mlp_dim = 1536, G = num_experts = 128; group_sizes (G,) int32. JAXBench's 4th
 argument, the Python int max_expert_size (256 = M/G), is the config value
-``max_expert_size`` here: a static bound on the largest group, not an input.
+``max_expert_size`` here: a static bound on the largest group, not an input. Both
+signatures are accepted: ``workload(lhs, rhs, group_sizes)`` (read ``CONFIG``) and
+JAXBench's ``workload(lhs, rhs, group_sizes, max_expert_size)``, which is passed the int.
 
 Math (the general rule, not only the shipped uniform sizes): group g owns the rows
 [offset_g, offset_g + size_g), offset_g being the sum of the earlier groups' sizes;
@@ -77,6 +79,9 @@ class MegabloxGMM(Workload):
     rtol = 1e-2
     template_file = "megablox_gmm.py"
     expert_file = "megablox_gmm.py"
+
+    def jaxbench_extra_args(self, config):
+        return (config["max_expert_size"],)
 
     def validate_config(self, config):
         require_positive_ints(self.name, config, ("num_experts", "num_experts_per_tok", "emb_dim",
