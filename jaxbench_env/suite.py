@@ -25,6 +25,7 @@ import json
 import math
 import os
 import socket
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -135,13 +136,10 @@ def run_workload(name: str, spec: BenchSpec, cache_dir: str | None = None,
 
 
 def _node() -> str:
-    try:
-        import ray
-
-        if ray.is_initialized():
-            return ray.get_runtime_context().get_node_id()
-    except ImportError:
-        pass
+    """The Ray node running this (in a Ray task), else the host name."""
+    ray = sys.modules.get("ray")  # only a Ray worker has imported it
+    if ray is not None and ray.is_initialized():
+        return ray.get_runtime_context().get_node_id()
     return socket.gethostname()
 
 
