@@ -465,15 +465,16 @@ def verify_request(wl, request) -> tuple[dict, dict, list[str]]:
 def single_step_axes(check, full) -> str | None:
     """A grid axis with one step at the check size and several at full size hides what
     happens between steps (a kernel that skips all but the last k-step computes the same
-    there): the first such axis, described, or None."""
+    there), and one with no step at all (a block larger than a shrunk dimension, floor-divided)
+    computes nothing: the first such axis, described, or None."""
     from jaxbench_env.sim import mosaic
 
     pairs = zip(mosaic.stablehlo_custom_calls(check.mlir_module()), mosaic.stablehlo_custom_calls(full.mlir_module()))
     for n, (c, f) in enumerate(pairs):
         small, big = mosaic.parse_kernel(c).iteration_bounds, mosaic.parse_kernel(f).iteration_bounds
         for axis, (a, b) in enumerate(zip(small, big)):
-            if a == 1 and (b is None or b > 1):
-                return (f"kernel {n}'s grid axis {axis} has one step at the check size and "
+            if a in (0, 1) and (b is None or b > a):
+                return (f"kernel {n}'s grid axis {axis} has {'one step' if a else 'no step'} at the check size and "
                         f"{'a run-time number' if b is None else b} at full size")
     return None
 

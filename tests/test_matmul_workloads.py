@@ -184,3 +184,17 @@ def test_rendered_template_is_one_standalone_module():
     assert src.count("def fused_matmul(") == 1 and "def logsumexp_epilogue(" in src
     assert f"SCHEDULE = {w.space().default()!r}" in src
     assert "import workloads" not in src and "from workloads" not in src
+
+
+def test_blocks_larger_than_the_check_size_climb_the_ladder_rather_than_fail(evaluators):
+    """block_m 1024 over rung 0's 512 rows floor-divides to a grid axis with no step: nothing
+    is computed at that size, so the check climbs to a rung where the blocks fit (it used to
+    reject this correct schedule for the NaN the empty grid left)."""
+    from jaxbench_env.candidate import Candidate
+
+    wl = workloads.get("gemm_add_relu")
+    schedule = {**wl.space().default(), "block_m": 1024, "block_k": 512, "block_n": 1024, "vmem_limit_mib": 32}
+    assert wl.space().check(schedule) is None and wl.check_rungs()[0]["batch_size"] < 1024
+    result = evaluators("gemm_add_relu").evaluate(Candidate(wl.template_source(), schedule))
+    assert result.correct and result.error is None, result.error
+    assert result.details["check_rung"] >= 1 and "no step at the check size" in result.details["climbed"][0]
