@@ -212,13 +212,6 @@ def kernel_module(body: bytes):
         return ctx, ir.Module.parse(body)
 
 
-def kernel_text(body: bytes) -> str:
-    """The Mosaic module as MLIR text (generic form), without source locations."""
-    ctx, module = kernel_module(body)
-    with ctx:
-        return module.operation.get_asm(enable_debug_info=False)
-
-
 # --- a kernel, parsed ----------------------------------------------------------------------
 
 _ITEMSIZE = {"pred": 1, "i1": 1, "bool": 1, "bf16": 2, "f16": 2, "f32": 4, "f64": 8, "tf32": 4,
@@ -542,7 +535,6 @@ class ControlItem:
     parent: int  # the enclosing item, -1 for none
     label: str  # for messages
     static_trip: int | None = None  # an scf.for with constant bounds (or bounds a constant apart)
-    span: int | None = None  # an scf.for's upper minus lower bound, where the two differ by a constant
     empty: bool = False  # an arm without ops of its own (nothing to branch over)
     yields: bool = False  # an arm of an scf.if with results (the compiler may select instead)
     dependent: bool = False  # a loop whose inner loops or branches depend on its iteration
@@ -558,7 +550,6 @@ class Body:
     region: _Region
     items: tuple  # ControlItem, in body order
     needed: frozenset  # value ids feeding a loop bound, a predicate or a while condition
-    n_args: int  # the body function's arguments: value ids 0..n_args-1
     written: frozenset  # arguments the body stores into (their loads are not the table's values)
 
 
@@ -669,7 +660,6 @@ def _body_ir(func_op) -> Body:
         return i
 
     block = top_scan[0]
-    n_args = len(block.arguments)
     for i, a in enumerate(block.arguments):
         ids[a] = i
         roots[i] = i
@@ -734,7 +724,7 @@ def _body_ir(func_op) -> Body:
     needed = _needed(top, roots)
     items = [_with_dependence(it, loops.get(i)) for i, it in enumerate(items)]
     items = _with_spans(items, top, loops)
-    return Body(top, tuple(items), frozenset(needed), n_args, frozenset(written))
+    return Body(top, tuple(items), frozenset(needed), frozenset(written))
 
 
 def _with_spans(items: list, top: _Region, loops: dict) -> list:
@@ -784,7 +774,7 @@ def _with_spans(items: list, top: _Region, loops: dict) -> list:
             step = form(op.operands[2])
             if not d[1]:
                 trip = max(0, -(-d[0] // step[0])) if not step[1] and step[0] > 0 else None
-                it = replace(it, span=d[0], static_trip=trip)
+                it = replace(it, static_trip=trip)
         out.append(it)
     return out
 
@@ -1106,9 +1096,8 @@ def _evaluate(t: Transform, points: np.ndarray, tables: list | None) -> np.ndarr
             args = [env.get(o) for o in operands]
             if any(a is None for a in args):
                 return None  # the unused result of a multi-result op
-            if name not in ("memref.load",) and any(isinstance(a, tuple) for a in args):
+            if name != "memref.load" and any(isinstance(a, tuple) for a in args):
                 return None  # a table used as a number
-            out = None
             w = widths[0] if widths else 64
             if name == "arith.constant":
                 if attrs.get("value") is None:
@@ -1178,7 +1167,7 @@ def _norm(lo, hi, w: int) -> tuple:
     return (lo, hi)
 
 
-def _cmp_interval(pred: int, a: tuple, b: tuple, in_w: int):
+def _cmp_interval(pred: int, a: tuple, b: tuple):
     """(lo, hi) of a comparison of two intervals: 1 where certainly true, 0 where certainly
     false, [0, 1] where it depends on values inside them."""
     if pred in (6, 7, 8, 9):  # unsigned: as signed where both sides are non-negative
@@ -1223,7 +1212,7 @@ def _interval_op(name: str, args: list, attrs: dict, w: int, in_w: tuple):
         lo, hi = args[0]
         return (np.where(lo >= 0, lo, np.where(hi <= 0, -hi, 0)), np.maximum(np.abs(lo), np.abs(hi)))
     if name == "arith.cmpi":
-        return _cmp_interval(attrs.get("predicate"), args[0], args[1], in_w[0] if in_w else 32)
+        return _cmp_interval(attrs.get("predicate"), args[0], args[1])
     if len(args) != 2:
         return None
     (alo, ahi), (blo, bhi) = args
@@ -1751,9 +1740,9 @@ class _Evaluator:
             else:
                 limit = self._value(env, b)
             start = inits[k] if isinstance(inits[k], tuple) else _full(32)
-            if pred in (8, 9):
-                pred -= 4
-            if pred in (6, 7):
+            if pred in (6, 7, 8, 9):  # unsigned: as signed only where both sides are non-negative
+                if np.any(np.asarray(limit[0]) < 0) or np.any(np.asarray(start[0]) < 0):
+                    return None
                 pred -= 4
             if step > 0 and pred in (2, 3):  # x < limit, x <= limit
                 return np.maximum(0, -((start[0] - limit[1] - (pred == 3)) // step))
