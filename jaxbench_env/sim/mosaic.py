@@ -1773,7 +1773,7 @@ def control_counts(kernel: Kernel, grid: tuple, tables: list | None) -> ControlC
     first = _Evaluator(kernel, grid, tables)
     if not first.written or tables is None:
         return first.run()
-    steps = math.prod(grid) if grid else 1
+    steps = math.prod(grid)  # 1 for no grid
     shape = tuple(grid)
     state: dict = {}
     for _ in range(_STATE_PASSES):
@@ -1930,7 +1930,7 @@ def step_bundles(kernel: Kernel, profile, grid: tuple, counts: ControlCounts) ->
     trip count, or, with a bound held in a register, the largest trip count of the body's
     loops (with a note)."""
     name = kernel.name
-    steps = math.prod(grid) if grid else 1
+    steps = math.prod(grid)  # 1 for no grid
     items = kernel.body.items if kernel.body is not None else ()
     notes: list = []
     roots = profile.control()
@@ -2043,7 +2043,7 @@ def grid_points(grid: tuple) -> np.ndarray:
     raises ValueError for a grid of more than ``MAX_GRID_STEPS`` steps."""
     from .pallas import grid_points as points
 
-    steps = math.prod(grid) if grid else 1
+    steps = math.prod(grid)  # 1 for no grid
     if steps > MAX_GRID_STEPS:
         raise ValueError(f"a kernel grid {tuple(grid)} of {steps} steps: more than the {MAX_GRID_STEPS} "
                          "the simulator evaluates")

@@ -395,7 +395,7 @@ def assemble(name: str, grid: tuple, streams: list[Stream], work: tuple, vmem_by
     overlap that traffic with compute; one serialises it. Steps are grouped into traffic rows
     by their bytes and bundles."""
     flops, vec, trans, manual_dma = work
-    steps = math.prod(grid) if grid else 1
+    steps = math.prod(grid)  # 1 for no grid
     overlapped = np.zeros(steps)
     serial = np.zeros(steps)
     for s in streams:

@@ -34,7 +34,6 @@ import numpy as np
 
 from jaxbench_env.sim import mosaic
 
-MLIR_DYNAMIC = -(2**63)  # how Pallas marks a dynamic grid bound in ``iteration_bounds``
 _TAG = "jaxbench.prefetch_call"  # tags each tpu_custom_call with its index before inlining
 MAX_INLINED_OPS = 1_000_000  # a module that inlines into more ops than this is refused
 # Custom calls allowed to remain in the reduced program: annotations, no code of their own.
@@ -59,7 +58,7 @@ def leading_operand_count(call: mosaic.CustomCall) -> int:
             if "scalar_prefetch" not in attrs:
                 continue
             bounds = list(ir.DenseI64ArrayAttr(attrs["iteration_bounds"])) if "iteration_bounds" in attrs else []
-            return sum(b == MLIR_DYNAMIC for b in bounds) + ir.IntegerAttr(attrs["scalar_prefetch"]).value
+            return sum(b == mosaic.MLIR_DYNAMIC for b in bounds) + ir.IntegerAttr(attrs["scalar_prefetch"]).value
     return 0
 
 
