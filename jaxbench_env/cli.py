@@ -514,6 +514,14 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--cache-dir", default=None, help="result cache (default $JAXBENCH_CACHE_DIR)")
     common.add_argument("--timeout", type=float, default=300.0, help="seconds per evaluation")
 
+    # The options of the search policies (policy_kwargs reads them), for optimize and bench.
+    policy_options = argparse.ArgumentParser(add_help=False)
+    policy_options.add_argument("--beam-width", type=int, default=4)
+    policy_options.add_argument("--base-url",
+                                help="OpenAI-compatible endpoint for --policy llm, e.g. http://127.0.0.1:8000/v1")
+    policy_options.add_argument("--model", help="model name for --policy llm")
+    policy_options.add_argument("--api-key", default="none", help="API key for --policy llm")
+
     p = argparse.ArgumentParser(prog="jaxbench", description="JAXBench-Gym: optimize Pallas TPU kernels.")
     sub = p.add_subparsers(dest="command", required=True)
     ls = sub.add_parser("list", parents=[common], help="list the workloads")
@@ -529,17 +537,13 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("workload")
     e.add_argument("--kernel", help="Python file defining workload(*inputs) (default: the template)")
     e.add_argument("--schedule", help="schedule knobs, KEY=VALUE,... (e.g. block_m=256,order=nm)")
-    o = sub.add_parser("optimize", parents=[common], help="run a search policy for N steps")
+    o = sub.add_parser("optimize", parents=[common, policy_options], help="run a search policy for N steps")
     o.add_argument("workload")
     o.add_argument("--policy", required=True, choices=("random", "greedy", "beam", "gradient", "llm", "expert"))
     o.add_argument("--steps", type=int, required=True)
     o.add_argument("--out", required=True, help="directory for best_kernel.py and log.json")
     o.add_argument("--seed", type=int, default=None)
-    o.add_argument("--beam-width", type=int, default=4)
-    o.add_argument("--base-url", help="OpenAI-compatible endpoint for --policy llm, e.g. http://127.0.0.1:8000/v1")
-    o.add_argument("--model", help="model name for --policy llm")
-    o.add_argument("--api-key", default="none", help="API key for --policy llm")
-    bn = sub.add_parser("bench", parents=[common], help="run a policy over a set of workloads: the suite's figures")
+    bn = sub.add_parser("bench", parents=[common, policy_options], help="run a policy over a set of workloads: the suite's figures")
     bn.add_argument("--workloads", default="all", help="all, production, kernelbench or NAME,NAME,... (default all)")
     bn.add_argument("--policy", required=True, choices=("random", "greedy", "beam", "gradient", "llm"))
     bn.add_argument("--steps", type=int, required=True, help="policy steps per workload")
@@ -548,10 +552,6 @@ def build_parser() -> argparse.ArgumentParser:
     bn.add_argument("--no-experts", action="store_true", help="skip the expert kernels")
     bn.add_argument("--ray-address", help="run workloads as Ray tasks on this cluster (auto or HOST:PORT)")
     bn.add_argument("--workers", type=int, help="run workloads as tasks of a local Ray instance with N CPUs")
-    bn.add_argument("--beam-width", type=int, default=4)
-    bn.add_argument("--base-url", help="OpenAI-compatible endpoint for --policy llm")
-    bn.add_argument("--model", help="model name for --policy llm")
-    bn.add_argument("--api-key", default="none", help="API key for --policy llm")
     sr = sub.add_parser("sim-report", parents=[common],
                         help="the v6e simulator against published v6e times, and a gemm block-size sweep")
     sr.add_argument("--pallas-validation", action="store_true",
