@@ -33,8 +33,8 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "jaxbench_gym"
 
 
-def _atomic_write(path: Path, text: str, mode: int = 0o644) -> Path:
-    """Write ``text`` to a temporary file beside ``path``; returns it (the caller renames)."""
+def _temp_beside(path: Path, text: str, mode: int = 0o644) -> Path:
+    """Write ``text`` to a temporary file beside ``path``; returns it (the caller renames or links)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
     try:
         os.fchmod(fd, mode)
@@ -46,6 +46,16 @@ def _atomic_write(path: Path, text: str, mode: int = 0o644) -> Path:
     return Path(tmp)
 
 
+def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
+    """Replace ``path`` with ``text`` in one rename: a reader sees the old file or the new one."""
+    tmp = _temp_beside(path, text, mode)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def load_secret(root: Path) -> bytes:
     """The cache's HMAC secret: from the environment, or the root's secret file (made once)."""
     env = os.environ.get(SECRET_ENV)
@@ -54,7 +64,7 @@ def load_secret(root: Path) -> bytes:
     path = root / SECRET_FILE
     root.mkdir(parents=True, exist_ok=True)
     if not path.exists():
-        tmp = _atomic_write(path, secrets.token_hex(32), 0o600)
+        tmp = _temp_beside(path, secrets.token_hex(32), 0o600)
         try:
             os.link(tmp, path)  # fails if another process made it first: theirs wins
         except FileExistsError:
@@ -92,9 +102,4 @@ class ResultCache:
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         blob = json.dumps(value)
-        tmp = _atomic_write(path, json.dumps({"value": blob, "mac": self._mac(key, blob)}))
-        try:
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        write_atomic(path, json.dumps({"value": blob, "mac": self._mac(key, blob)}))

@@ -123,11 +123,11 @@ class KnobMoveEnv(gym.Env):
         allowed = 0 <= action < self.n and bool(self.mask()[action])
         if allowed:
             inner, reward, terminated, truncated, info = self.env.step(schedule_action(self.env, self.move(action)))
-        else:  # never sampled under the mask; a caller without it gets the penalty, nothing run
-            self.env.steps += 1
-            inner, reward, terminated = self.env._observation(), float(self.env.penalty), False
-            truncated = self.env.steps >= self.env.max_steps
-            info = {"speedup": None, "correct": False, "error": f"move {action} is masked out here"}
+        else:  # never sampled under the mask; a caller without it gets the inner env's penalty for
+            # an action outside its space (nothing is compiled or run)
+            outside = np.full(len(self.env.schedule_space.knobs), -1)
+            inner, reward, terminated, truncated, info = self.env.step(outside)
+            info = {**info, "error": f"move {action} is masked out here"}
         self._record_best(info)
         self._log("steps", {"workload": self.names[self.index], "action": action, "allowed": allowed,
                             "speedup": info.get("speedup"), "correct": info.get("correct")})

@@ -23,13 +23,14 @@ from __future__ import annotations
 import csv
 import json
 import math
-import os
 import socket
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
+
+from .cache import write_atomic
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
 SETS = ("all", "production", "kernelbench")
@@ -185,14 +186,8 @@ CSV_COLUMNS = ("workload", "jaxbench_id", "category", "policy", "backend", "timi
                "expert_ms", "expert_speedup", "expert_correct", "wall_s", "node", "error")
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def write(out: Path, spec: BenchSpec, rows: list[dict], summary: dict) -> None:
-    _atomic_write(out / "results.json", json.dumps({"spec": asdict(spec), "summary": summary, "rows": rows},
+    write_atomic(out / "results.json", json.dumps({"spec": asdict(spec), "summary": summary, "rows": rows},
                                                    indent=1, default=str))
     with open(out / "results.csv", "w", newline="") as f:
         w = csv.DictWriter(f, CSV_COLUMNS, extrasaction="ignore")
@@ -255,7 +250,7 @@ def saved(out: Path, name: str, spec: BenchSpec) -> dict | None:
 
 
 def save(out: Path, name: str, result: Mapping) -> None:
-    _atomic_write(out / "workloads" / f"{name}.json", json.dumps(result, indent=1, default=str))
+    write_atomic(out / "workloads" / f"{name}.json", json.dumps(result, indent=1, default=str))
 
 
 def bench(spec: BenchSpec, names: list[str], out: Path, cache_dir: str | None = None,
