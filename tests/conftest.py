@@ -23,7 +23,11 @@ SMALL_GEMM = {"M": 1024, "K": 1024, "N": 2048}
 
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("jaxbench-cache")
+    # One cache for the whole run: under pytest-xdist the workers share it (the run's base
+    # temporary directory is the parent of each worker's), as nodes sharing a directory do.
+    base = tmp_path_factory.getbasetemp()
+    path = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "jaxbench-cache"
+    path.mkdir(exist_ok=True)
     os.environ["JAXBENCH_CACHE_DIR"] = str(path)  # also for subprocesses the tests start
     return path
 

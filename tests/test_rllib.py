@@ -40,6 +40,7 @@ def test_knob_moves_are_exactly_masked(cache_dir):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("ray")  # one Ray user at a time
 def test_ppo_never_samples_a_masked_move_and_learns_across_workloads(cache_dir, tmp_path):
     from jaxbench_env import rllib
 

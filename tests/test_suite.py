@@ -158,6 +158,7 @@ def _stop(procs: list[subprocess.Popen]) -> list[int]:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("ray")  # one Ray user at a time
 def test_bench_across_a_two_node_ray_cluster(cli, tmp_path):
     pytest.importorskip("ray")
     port = _free_port()
