@@ -76,13 +76,17 @@ def load_module(source: str, config: Mapping[str, Any], schedule: Mapping[str, A
 
 
 def entry_point(module, wl, config, n_inputs: int):
-    """``module.workload``, given JAXBench's extra static arguments (``wl.jaxbench_extra_args``)
-    when its signature requires exactly that many more parameters than there are inputs."""
+    """``module.workload``, or, when the workload declares JAXBench's own signature
+    (``wl.jaxbench_signature``) and the candidate's ``workload`` requires exactly that many
+    positional parameters (not ``n_inputs``), a function of the inputs that calls it with the
+    arguments the declared adapter makes from them. The adapter is traced with the candidate,
+    so its ops are part of the candidate's program."""
     import inspect
 
-    fn, extra = module.workload, wl.jaxbench_extra_args(config)
-    if not extra:
+    fn, declared = module.workload, wl.jaxbench_signature(config)
+    if declared is None:
         return fn
+    n_params, adapt = declared
     try:
         params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
@@ -90,9 +94,9 @@ def entry_point(module, wl, config, n_inputs: int):
     if any(p.kind is p.VAR_POSITIONAL for p in params):
         return fn
     required = [p for p in params if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    if len(required) != n_inputs + len(extra):
+    if len(required) != n_params or n_params == n_inputs:
         return fn
-    return lambda *inputs: fn(*inputs, *extra)
+    return lambda *inputs: fn(*adapt(*inputs))
 
 
 def trace(fn, specs):

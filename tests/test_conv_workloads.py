@@ -258,6 +258,29 @@ def test_bad_configs_raise(bad):
         CLASSES[i](override)
 
 
+def lhs_dilated_28k(cfg, x, w, conv_bias, ln_weight, ln_bias):
+    k, s, p = cfg["kernel_size"], cfg["stride"], cfg["padding"]
+    rhs = jnp.flip(w, (2, 3, 4)).transpose(1, 0, 2, 3, 4)
+    dn = jax.lax.conv_dimension_numbers(x.shape, rhs.shape, ("NCDHW", "OIDHW", "NCDHW"))
+    y = jax.lax.conv_general_dilated(x, rhs, (1, 1, 1), [(k - 1 - p, k - 1 - p)] * 3, lhs_dilation=(s, s, s),
+                                     dimension_numbers=dn)
+    y = y + conv_bias.reshape(-1, 1, 1, 1)
+    mean = jnp.mean(y, axis=-1, keepdims=True)
+    var = jnp.mean(jnp.square(y - mean), axis=-1, keepdims=True)
+    y = (y - mean) / jnp.sqrt(var + cfg["eps"]) * ln_weight + ln_bias
+    return jax.nn.gelu(y) * cfg["scaling_factor"]
+
+
+def test_28k_lhs_dilated_formulation_matches_the_reference():
+    """The reference is JAXBench's program (zero-inserted input materialised, channels-last);
+    the conv's lhs_dilation computes the same transposed conv without the zeros."""
+    C = AT["28k"]
+    for seed in (0, 1):
+        out = jax.jit(functools.partial(lhs_dilated_28k, C.cfg))(*C.inputs(seed))
+        assert not C.rejects(out, seed)
+        assert np.allclose(np.asarray(out, np.float32), C.ref(seed), atol=2e-2, rtol=1e-2)
+
+
 def test_28k_size_rule_allows_matching_width():
     W = CLASSES["28k"]({"out_channels": 32, "width": 16})
     assert W.config["width"] == 16

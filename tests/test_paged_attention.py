@@ -128,3 +128,41 @@ def test_template_interpret(schedule):
 
 def test_expert_interpret():
     assert_expert_correct(W)
+
+
+JAXBENCH_SIGNATURE = '''
+import jax
+import jax.numpy as jnp
+
+
+def workload(q, k_pages, v_pages, lengths, page_indices):
+    """JAXBench's optimized signature (jax's kernel's convention): one query row per sequence,
+    no cu_q_lens, head-major pages (num_kv_heads, total_pages, page_size, head_dim)."""
+    hkv, _, page_size, d = k_pages.shape
+    group = q.shape[1] // hkv
+
+    def one(q_i, length, table):
+        k = k_pages[:, table].reshape(hkv, -1, d)  # (hkv, max_seq_len, d)
+        v = v_pages[:, table].reshape(hkv, -1, d)
+        s = jnp.einsum("hgd,htd->hgt", q_i.reshape(hkv, group, d).astype(jnp.float32), k.astype(jnp.float32))
+        s = jnp.where(jnp.arange(k.shape[1]) < length, s * d**-0.5, -jnp.inf)
+        return jnp.einsum("hgt,htd->hgd", jax.nn.softmax(s, -1), v.astype(jnp.float32)).reshape(q_i.shape)
+
+    return jax.vmap(one)(q, lengths, page_indices).astype(q.dtype)
+'''
+
+
+def test_jaxbench_signature_goes_through_the_adapter():
+    """A 5-argument workload gets queries[cu_q_lens[:-1]] and head-major pages (traced into its
+    program); a workload taking the six inputs is called as it is."""
+    from jaxbench_env import candidate_process
+
+    module = candidate_process.load_module(JAXBENCH_SIGNATURE, CFG, {})
+    fn = candidate_process.entry_point(module, W, CFG, 6)
+    assert fn is not module.workload
+    jaxpr, _ = candidate_process.trace(fn, jax.eval_shape(lambda: W.make_inputs(CFG, 1)))
+    assert sum(e.primitive.name == "transpose" for e in jaxpr.jaxpr.eqns) == 2  # the adapter's, priced
+    for seed in (0, 1):  # seed 1: shuffled page table, ragged lengths
+        assert not C.rejects(jax.jit(fn)(*inputs(seed)), seed=seed)
+    own = candidate_process.load_module(W.expert_source(), CFG, {})
+    assert candidate_process.entry_point(own, W, CFG, 6) is own.workload

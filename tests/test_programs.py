@@ -166,6 +166,13 @@ def test_platform_dependent_is_rejected(env, gemm):
         verify(env, "gemm", src)
 
 
+def test_cpu_lowering_of_a_mixed_precision_dot_passes(env):
+    """jax lowers a bf16 x f32 dot_general with both operands converted to f32 on the CPU and as
+    one mixed dot on the TPU (JAXBench's mixtral combine does this): exact, so the same program."""
+    verify(env, "gemm", "import jax.numpy as jnp\n\n\ndef workload(a, b):\n"
+                        "    return jnp.einsum('mk,kn->mn', a, b.astype(jnp.float32)).astype(a.dtype)\n")
+
+
 @pytest.mark.parametrize("call", ["jax.pure_callback", "io_callback"])
 def test_host_callbacks_are_rejected(env, gemm, call):
     """(e), (g) the work done on the host: jax.export refuses to serialize the callback, so

@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import math
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -132,11 +132,17 @@ class Workload:
     def validate_config(self, config: Mapping[str, Any]) -> None:
         """Raise ValueError with a clear message for a config this workload cannot run."""
 
-    def jaxbench_extra_args(self, config: Mapping[str, Any]) -> tuple:
-        """Static Python arguments JAXBench's own ``workload`` takes after the inputs (none
-        here): a candidate whose ``workload`` requires that many more parameters gets them,
-        so files written for JAXBench's signature evaluate unchanged."""
-        return ()
+    def jaxbench_signature(self, config: Mapping[str, Any]) -> tuple[int, Callable[..., tuple]] | None:
+        """JAXBench's own ``workload`` signature where it differs from this workload's inputs
+        (None here: the same): ``(n_params, adapt)``, ``adapt(*inputs)`` returning JAXBench's
+        arguments made from this workload's inputs at ``config`` (a static Python value
+        appended, an input dropped or laid out differently). A candidate whose ``workload``
+        requires exactly ``n_params`` positional parameters, and not one per input, is
+        called through ``adapt`` (``candidate_process.entry_point``), so files written for
+        JAXBench's signature evaluate unchanged. The adapter runs inside the candidate's
+        traced program: its ops are checked and priced as the candidate's own. ``n_params``
+        must differ from the number of inputs."""
+        return None
 
     # --- derived --------------------------------------------------------------------
     def check_config(self) -> dict:
@@ -150,7 +156,9 @@ class Workload:
         """The ladder of check sizes: ``check_config()``, then every shrunk dimension doubled
         (never past its full size) until the full config. A candidate that cannot trace at
         one rung (a block larger than a shrunk dimension, say) is checked at the next, so
-        a kernel tuned for the full size is never rejected for the check's sake."""
+        a kernel tuned for the full size is never rejected for the check's sake. A dimension
+        shrunk to 1 first gets a rung of its own at 2: jax treats size 1 apart (``vmap`` of
+        one element calls a Pallas kernel without the batch grid axis it gets otherwise)."""
         rungs, config = [], self.check_config()
         while True:
             try:
@@ -163,7 +171,8 @@ class Workload:
                 pass
             if config == self.config:
                 return rungs
-            config = {k: _toward(v, self.config[k]) for k, v in config.items()}
+            units = {k: 2 for k, v in config.items() if v == 1 and isinstance(self.config[k], int) and self.config[k] > 1}
+            config = {**config, **units} if units else {k: _toward(v, self.config[k]) for k, v in config.items()}
 
     def input_bytes(self, config: Mapping[str, Any]) -> int:
         import jax

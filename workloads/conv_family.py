@@ -1,5 +1,5 @@
-"""What the 8 KernelBench convolution workloads share: geometry, reference conv, schedule
-space and template rendering.
+"""What the 8 KernelBench convolution workloads share: geometry, the references' convolution
+(JAXBench's channels-last formulation), schedule space and template rendering.
 
 Every template is the family's kernel module (``templates/conv_family.py``: an im2col matmul
 with the workload's epilogue fused into the kernel) followed by the workload's own snippet
@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import jax.numpy as jnp
 from jax import lax
 
 from .base import Knob, ScheduleSpace, over_vmem, tile_bytes
@@ -39,12 +40,22 @@ def round_up(n: int, m: int) -> int:
     return -(-n // m) * m
 
 
-def conv(x, w):
-    """Stride-1 VALID cross-correlation, NC(D)HW input, OI(D)HW weight, default precision."""
+def conv_channels_last(x, w, padding="VALID"):
+    """JAXBench's convolution: the NC(D)HW input and OI(D)HW weight are transposed to
+    channels-last (N(D)HWC and (D)HWIO), then a stride-1 cross-correlation with default
+    precision. The output stays channels-last (N(D)HWC); callers transpose it back where
+    JAXBench does."""
     nd = x.ndim - 2
     spatial = "DHW"[-nd:]
-    dn = lax.conv_dimension_numbers(x.shape, w.shape, (f"NC{spatial}", f"OI{spatial}", f"NC{spatial}"))
-    return lax.conv_general_dilated(x, w, (1,) * nd, "VALID", dimension_numbers=dn)
+    lhs = jnp.transpose(x, (0, *range(2, nd + 2), 1))
+    rhs = jnp.transpose(w, (*range(2, nd + 2), 1, 0))
+    return lax.conv_general_dilated(lhs, rhs, (1,) * nd, padding,
+                                    dimension_numbers=(f"N{spatial}C", f"{spatial}IO", f"N{spatial}C"))
+
+
+def to_channels_first(y):
+    """N(D)HWC -> NC(D)HW."""
+    return jnp.transpose(y, (0, y.ndim - 1, *range(1, y.ndim - 1)))
 
 
 class ConvWorkload(KernelBenchWorkload):

@@ -89,11 +89,12 @@ class GQAAttention(Workload):
         return query, key, value
 
     def reference(self, config, query, key, value):
-        # JAXBench's plain-JAX baseline: repeat KV heads, BHSD attention in the input dtype.
-        group = query.shape[2] // key.shape[2]
-        seq, head_dim = query.shape[1], query.shape[3]
-        k = jnp.repeat(key, group, axis=2)
-        v = jnp.repeat(value, group, axis=2)
+        # JAXBench's plain-JAX baseline: repeat KV heads (a new axis after the KV head axis,
+        # repeated and folded in), BHSD attention in the input dtype.
+        b, seq, q_heads, head_dim = query.shape
+        group = q_heads // key.shape[2]
+        k = jnp.repeat(key[:, :, :, None, :], group, axis=3).reshape(b, seq, q_heads, head_dim)
+        v = jnp.repeat(value[:, :, :, None, :], group, axis=3).reshape(b, seq, q_heads, head_dim)
         q, k, v = (x.transpose(0, 2, 1, 3) for x in (query, k, v))
         attn = jnp.einsum("bhqd,bhkd->bhqk", q, k) * head_dim**-0.5
         mask = jnp.tril(jnp.ones((seq, seq)))

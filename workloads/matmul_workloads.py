@@ -265,7 +265,7 @@ class MatmulBatchnormBiasaddDivideSwish(MatmulWorkload):
 
     def reference(self, config, x, w, lin_b, bn_scale, bn_bias, bn_mean, bn_var, bias):
         v = linear(x, w, lin_b)
-        v = (v - bn_mean) / jnp.sqrt(bn_var + config["bn_eps"]) * bn_scale + bn_bias
+        v = bn_scale * ((v - bn_mean) / jnp.sqrt(bn_var + config["bn_eps"])) + bn_bias
         return jax.nn.swish((v + bias) / config["divide_value"])
 
     template_part = """
@@ -644,7 +644,7 @@ class GemmBatchnormScalingSoftmax(SoftmaxTolerance, RowMatmulWorkload):
 
     def reference(self, config, x, w, b, bn_scale, bn_bias, bn_mean, bn_var, scale):
         v = linear(x, w, b)
-        v = (v - bn_mean) / jnp.sqrt(bn_var + config["bn_eps"]) * bn_scale + bn_bias
+        v = bn_scale * ((v - bn_mean) / jnp.sqrt(bn_var + config["bn_eps"])) + bn_bias
         return jax.nn.softmax(scale * v, axis=1)
 
     template_part = """
@@ -660,6 +660,12 @@ class GemmBatchnormScalingSoftmax(SoftmaxTolerance, RowMatmulWorkload):
 
 
 class MatmulAvgpoolGeluScaleMax(RowMatmulWorkload):
+    """49k. The pool is JAXBench's: ``lax.reduce_window`` summing each window of
+    pool_kernel_size columns in the input dtype, then dividing by the window. In bf16 that sum
+    rounds as it goes (jnp.mean would accumulate in f32), some 0.01-0.04 on pooled values of
+    ~1, so the float32 check widens its tolerance 1.1-3.1x (measured on 13 seeds) to keep
+    this baseline within half of it; a kernel that pools in f32 is more accurate and passes."""
+
     name, jaxbench_id = "matmul_avgpool_gelu_scale_max", "49k"
     category = "matmul+pool+reduction"
     description = "max_j 2 * gelu(avgpool16(x@W + b))"
@@ -672,9 +678,12 @@ class MatmulAvgpoolGeluScaleMax(RowMatmulWorkload):
             raise ValueError(f"{self.name}: pool_kernel_size must divide out_features")
 
     def reference(self, config, x, w, b):
-        v = linear(x, w, b)
-        v = v.reshape(v.shape[0], -1, config["pool_kernel_size"]).mean(-1)
-        return jnp.max(jax.nn.gelu(v) * config["scale_factor"], axis=1)
+        # AvgPool1d as JAXBench writes it: a strided window sum over a (M, 1, N) view, in the
+        # input dtype, divided by the window (class docstring).
+        k = config["pool_kernel_size"]
+        v = linear(x, w, b)[:, None, :]
+        v = jax.lax.reduce_window(v, 0.0, jax.lax.add, (1, 1, k), (1, 1, k), "VALID") / k
+        return jnp.max(jax.nn.gelu(v[:, 0, :]) * config["scale_factor"], axis=1)
 
     def essential_work(self, config):
         # The average pool of x @ W + b is x @ (W averaged over each pool's columns) + pooled b:

@@ -5,7 +5,8 @@ Inputs (spec 10p): ``split(key(42), 5)`` -> x (batch, seq_len, emb_dim) ~ N(0,1)
 mlp_dim, emb_dim), all N(0,1)*0.02, bf16. Math: logits = x @ router (bf16); lax.top_k
 with k = num_experts_per_tok; softmax over the selected logits; every expert runs on every
 token, y_e = (silu(x @ gate_e) * (x @ up_e)) @ down_e (bf16); w_e = sum_k [idx_k = e] p_k
-from an f32 one-hot; out = sum_e w_e y_e, which the f32 weights promote to f32.
+from an f32 one-hot; out = sum_e w_e y_e as one einsum (a dot over the experts) of the bf16
+y with the f32 w, so f32.
 Output (batch, seq_len, emb_dim) f32, tolerance 1e-1/1e-1.
 
 The check runs at batch=1, seq_len=512, emb_dim=2048, mlp_dim=512, num_experts=4, still
@@ -119,7 +120,8 @@ class MixtralMoE(Workload):
         y = jnp.einsum("bsef,efd->bsed", h, down)  # (B, S, E, D), bf16
         one_hot = jax.nn.one_hot(top_idx, config["num_experts"], dtype=jnp.float32)  # (B, S, k, E)
         weights = jnp.sum(one_hot * probs[..., None], axis=-2)  # (B, S, E), f32
-        return jnp.sum(y * weights[..., None], axis=-2)  # (B, S, D), f32
+        # JAXBench's combine: an einsum of the bf16 y with the f32 weights, an f32 dot
+        return jnp.einsum("bsed,bse->bsd", y, weights)  # (B, S, D), f32
 
     def essential_work(self, config):
         # The router, then only each token's top-k experts (the reference runs all of them and

@@ -125,18 +125,19 @@ class MLAAttention(Workload):
         kv = jnp.dot(x, kv_down)
         latent, k_rope_raw = kv[..., :kvl], kv[..., kvl:]
         k_nope = jnp.dot(latent, k_up).reshape(B, S, H, nope)
-        v = jnp.dot(latent, v_up).reshape(B, S, H, vd)
 
         cos, sin = rope_tables(S, rope, config["rope_theta"], x.dtype)
         cos, sin = cos[None, :, None, :], sin[None, :, None, :]
+        k_rope = jnp.broadcast_to(k_rope_raw[:, :, None, :], (B, S, H, rope))
         q_rope = rotate_half_rope(q_rope, cos, sin)
-        k_rope = rotate_half_rope(jnp.broadcast_to(k_rope_raw[:, :, None, :], (B, S, H, rope)), cos, sin)
+        k_rope = rotate_half_rope(k_rope, cos, sin)
+        v = jnp.dot(latent, v_up).reshape(B, S, H, vd)
         q = jnp.concatenate([q_nope, q_rope], axis=-1).transpose(0, 2, 1, 3)  # (B, H, S, 192)
         k = jnp.concatenate([k_nope, k_rope], axis=-1).transpose(0, 2, 1, 3)
         v = v.transpose(0, 2, 1, 3)
 
         scores = jnp.einsum("bhqd,bhkd->bhqk", q, k) * (nope + rope) ** -0.5
-        scores = jnp.where(jnp.tril(jnp.ones((S, S), dtype=jnp.bool_)), scores, -1e9)
+        scores = jnp.where(jnp.tril(jnp.ones((S, S))), scores, -1e9)
         attn = jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(scores, axis=-1), v)
         return jnp.dot(attn.transpose(0, 2, 1, 3).reshape(B, S, H * vd), o_proj)
 

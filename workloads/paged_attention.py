@@ -32,6 +32,14 @@ Input fixes (the math and shapes are JAXBench's):
   root-mean-square of 0.5 (``TIGHT_V_SCALE``: the bf16 reference errs in proportion; the
   jax expert used 0.92 of the tolerance at full scale).
 
+JAXBench's signature (its optimized file, jax's kernel's convention) is accepted too:
+``workload(q, k_pages, v_pages, lengths, page_indices)`` with one query row per sequence,
+q = queries[cu_q_lens[:-1]] (no cu_q_lens), and head-major pages (num_kv_heads,
+total_pages, page_size, head_dim). A candidate with that signature is called through an
+adapter that gathers those rows and transposes both page arrays on every call
+(``jaxbench_signature``); the adapter's ops are part of the candidate's priced program
+(each page array is read and written once more).
+
 The check runs at num_seqs=4, num_query_heads=16, num_kv_heads=2, pages_per_seq=32
 (max_seq_len 512), page_size 16, head_dim 128. Sequences and KV heads only repeat
 independent problems; two KV heads with 8 query heads each (the full config's ratio) keep
@@ -86,6 +94,16 @@ class PagedAttention(Workload):
         # keep the full config's query heads per KV head
         out["num_query_heads"] = out["num_kv_heads"] * (self.config["num_query_heads"] // self.config["num_kv_heads"])
         return out
+
+    def jaxbench_signature(self, config):
+        # JAXBench's optimized file: workload(q, k_pages, v_pages, lengths, page_indices), the
+        # calling convention of jax's paged_attention kernel (see the module docstring).
+        def adapt(queries, k_pages, v_pages, kv_lens, page_indices, cu_q_lens):
+            head_major = (2, 0, 1, 3)  # (total_pages, page_size, kv_heads, d) -> (kv_heads, total_pages, page_size, d)
+            return (queries[cu_q_lens[:-1]], jnp.transpose(k_pages, head_major), jnp.transpose(v_pages, head_major),
+                    kv_lens, page_indices)
+
+        return 5, adapt
 
     def validate_config(self, config):
         keys = ("num_seqs", "max_seq_len", "num_query_heads", "num_kv_heads", "head_dim", "page_size", "pages_per_seq")

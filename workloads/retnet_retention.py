@@ -4,6 +4,11 @@ Inputs (spec 15p): ``split(key(42), 3)`` -> q, k, v, each (B=4, H=16, S=4096, D=
 N(0,1). Math per (b, h): γ_h = 1 - 2^(-5-h); decay D_ij = exp(log γ_h · max(i-j, 0)) ·
 [i >= j]; A = (q·kᵀ in f32, no 1/√d scale) ⊙ D; each row divided by max(Σ_j |A_ij|, 1);
 cast to bf16 and multiplied by v. Output (4, 16, 4096, 256) bf16, tolerance 1e-2/1e-2.
+JAXBench's program exponentiates log γ_h · (i-j) without the max(·, 0): above the diagonal
+head 0's exp overflows to inf from j - i = 2795 and inf · 0 is NaN, so at seq_len >= 2796
+(the full size included) its first rows of head 0 are NaN. The reference keeps the guard, one
+elementwise max (JAXBench's file is priced at 1.000002x of it), so that the full-size check
+on a TPU has a finite target.
 The check's seeds (never 0) draw q, k and v structured (per-position and per-dimension means
 and scales, correlated positions, outliers): the retention sums are not sums of zero-mean
 noise, so a kernel that approximates the normaliser from the inputs' moments fails.

@@ -1,0 +1,30 @@
+"""Mirrors JAXBench's formulation of 19k (KernelBench L2 #9): a linear layer, a constant
+subtracted, a constant multiplied, then ReLU."""
+import jax
+import jax.numpy as jnp
+
+CONFIG = {
+    "name": "9_Matmul_Subtract_Multiply_ReLU",
+    "batch_size": 4096,
+    "in_features": 8192,
+    "out_features": 8192,
+    "subtract_value": 2.0,
+    "multiply_value": 1.5,
+}
+
+
+def create_inputs(dtype=jnp.float32):
+    """Activations U[0,1) from key 0; the (in, out) weight and the bias N(0,1)*0.02."""
+    rows, fan_in, fan_out = CONFIG["batch_size"], CONFIG["in_features"], CONFIG["out_features"]
+    kw, kb = jax.random.split(jax.random.key(0xBADC0DE), 2)
+    acts = jax.random.uniform(jax.random.key(0), (rows, fan_in), dtype=dtype)
+    w = jax.random.normal(kw, (fan_in, fan_out), dtype=dtype) * 0.02
+    b = jax.random.normal(kb, (fan_out,), dtype=dtype) * 0.02
+    return acts, w, b
+
+
+def workload(x, weight, bias):
+    h = jnp.matmul(x, weight) + bias
+    h = h - CONFIG["subtract_value"]
+    h = h * CONFIG["multiply_value"]
+    return jax.nn.relu(h)

@@ -1,0 +1,26 @@
+"""Mirrors JAXBench's formulation of 50k (KernelBench L2 #99): a linear layer, GELU, then a
+softmax over the features."""
+import jax
+import jax.numpy as jnp
+
+CONFIG = {
+    "name": "99_Matmul_GELU_Softmax",
+    "batch_size": 4096,
+    "in_features": 8192,
+    "out_features": 8192,
+}
+
+
+def create_inputs(dtype=jnp.float32):
+    """x U[0,1) from key 0; the (in, out) weight and the bias N(0,1)*0.02 from split(key(42), 2)."""
+    rows, fan_in, fan_out = CONFIG["batch_size"], CONFIG["in_features"], CONFIG["out_features"]
+    kw, kb = jax.random.split(jax.random.key(42), 2)
+    acts = jax.random.uniform(jax.random.key(0), (rows, fan_in), dtype=dtype)
+    w = jax.random.normal(kw, (fan_in, fan_out), dtype=dtype) * 0.02
+    b = jax.random.normal(kb, (fan_out,), dtype=dtype) * 0.02
+    return acts, w, b
+
+
+def workload(x, weight, bias):
+    h = jax.nn.gelu(jnp.matmul(x, weight) + bias)
+    return jax.nn.softmax(h, axis=1)
