@@ -197,24 +197,3 @@ def test_a_config_the_template_cannot_serve_is_still_an_environment(make_env, cl
     assert not obs["action_mask"].any()  # no schedule of the template is legal here
     p = cli("show", "ragged_paged_attention", "--config", "num_q_heads=32,num_kv_heads=8")
     assert p.returncode == 0 and "cannot serve this config" in p.stdout, p.stderr
-
-
-def test_layout_and_kernel_rungs_follow_the_ladder():
-    """JAXBench's baseline (56 slots, static per-slot query capacities) and jax's RPA kernel
-    (unrolled over a block's KV heads and pages) each get a rung that keeps what they fix at
-    the full size; the layout rung's batches keep the scenario's slot layout."""
-    rungs = W.check_rungs()
-    assert rungs[0] == CFG
-    layout, kernel = rungs[-2:]
-    full = W.config
-    assert layout["max_num_seqs"] == full["max_num_seqs"] and layout["num_kv_heads"] == CFG["num_kv_heads"]
-    assert kernel["num_q_heads"] == full["num_q_heads"] and kernel["num_kv_heads"] == full["num_kv_heads"]
-    assert kernel["pages_per_seq"] == 64 and kernel["max_num_seqs"] == CFG["max_num_seqs"]
-    caps, _ = scenario(layout)
-    max_kv = layout["pages_per_seq"] * layout["page_size"]
-    for seed in (1, 2):
-        _, _, lens, _, cu, n = W.make_inputs(layout, seed)
-        q_lens, lens, n = np.diff(np.asarray(cu)), np.asarray(lens), int(n[0])
-        assert n <= len(caps) and all(q <= cap for q, cap in zip(q_lens[:n], caps))
-        assert not q_lens[n:].any() and np.all((lens[:n] >= np.maximum(q_lens[:n], 1)) & (lens[:n] <= max_kv))
-    assert not np.array_equal(*(np.asarray(W.make_inputs(layout, s)[4]) for s in (1, 2)))

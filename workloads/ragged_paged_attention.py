@@ -38,7 +38,7 @@ decodes, 7 x 512 + 464 prefill tokens, 56 of 64 slots.
 Seeds other than 0 (the check's) draw a fresh page permutation and a random batch
 (``random_scenario``: half to all slots active, decodes, prefill chunks and sequences with
 no query tokens in random order and of random lengths), so a kernel tuned to the scenario's
-layout fails (except at the layout rung below); queries and K are drawn with ``QK_STRUCTURE`` (per-dimension means, mild
+layout fails; queries and K are drawn with ``QK_STRUCTURE`` (per-dimension means, mild
 scales, correlated rows), which keeps scores at std ~1 where the bf16 reference is exact
 enough, and V fully structured (per-row and per-dimension means, scales, outliers).
 
@@ -51,16 +51,6 @@ of a page or a block, the 116-token chunk ends mid q-block, and the q blocks of 
 Two KV heads with 8 query heads each keep the GQA mapping and the K/V interleave checked.
 The page table stays small because interpret mode's cost per DMA grows with the size of
 the paged array (1-2 s per seed here; ~12 s at 64 pages per slot).
-
-Two rungs follow the ladder (``check_rungs``) for programs that only the full config's
-slots or heads trace to the same program. The layout rung (512 tokens, all 64 slots, the
-check's heads and pages) serves JAXBench's baseline, which loops over the scenario's 56
-active slots with the scenario's query counts as static capacities: there the check's
-batches (``layout_scenario``) keep the scenario's slot layout (decodes, then prefill
-chunks, then idle slots) and draw every length within it, so a program written for that
-scenario is checked on the scenario it was written for. The kernel rung (the check's
-tokens and slots, 64/8 heads, 64 pages per sequence) serves jax's RPA kernel, which unrolls
-over the KV heads and pages of a block.
 """
 
 from __future__ import annotations
@@ -70,8 +60,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from .base import (
-    MAX_CHECK_INPUT_BYTES,
-    MAX_CHECK_INTERMEDIATE_BYTES,
     Knob,
     ScheduleSpace,
     QK_STRUCTURE,
@@ -88,7 +76,6 @@ MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)
 ROW_CHUNK = 64  # query rows per step of the reference's per-sequence loop
 Q_BLOCKS = (16, 32, 64, 128)
 PAGE_BLOCKS = (4, 8, 16, 32)
-EXPERT_PAGES_PER_BLOCK = 64  # jax's RPA kernel's KV block with JAXBench's tuning (experts/)
 
 
 def scenario(config) -> tuple[list[int], list[int]]:
@@ -124,22 +111,6 @@ def random_scenario(config, key) -> tuple[list[int], list[int]]:
         q_lens[np.argmax(q_lens)] -= 1
     kv_lens = [int(rng.integers(max(q, 1), max_kv + 1)) for q in q_lens]
     return [int(q) for q in q_lens], kv_lens
-
-
-def layout_scenario(config, key) -> tuple[list[int], list[int]]:
-    """(q_lens, kv_lens) of a random batch in the spec scenario's slot layout: slot i is the
-    scenario's slot i (decodes first, then prefill chunks, the last max_num_seqs/8 idle) with
-    at most the scenario's query tokens. From half the slots to all of the scenario's are
-    active; a decode has 1 query token (0 with probability 0.1: no queries this step), a
-    prefill chunk uniform in [1, its scenario length] (0 with probability 0.1), and every
-    kv_len is uniform in [max(q_len, 1), max_kv]."""
-    caps, _ = scenario(config)
-    max_kv = config["pages_per_seq"] * config["page_size"]
-    rng = np.random.default_rng(np.asarray(jax.random.key_data(key)).tolist())
-    active = int(rng.integers(config["max_num_seqs"] // 2, len(caps) + 1))
-    q_lens = [int(rng.integers(1, cap + 1)) if rng.random() >= 0.1 else 0 for cap in caps[:active]]
-    kv_lens = [int(rng.integers(max(q, 1), max_kv + 1)) for q in q_lens]
-    return q_lens, kv_lens
 
 
 def template_limit(config) -> str | None:
@@ -181,48 +152,6 @@ class RaggedPagedAttention(Workload):
         out["num_q_heads"] = out["num_kv_heads"] * (self.config["num_q_heads"] // self.config["num_kv_heads"])
         return out
 
-    def check_rungs(self):
-        """The ladder, then two rungs for programs that no smaller config traces to the same
-        program, each keeping what such a program fixes at the full size:
-
-        * the slot layout: JAXBench's baseline loops over the scenario's 56 active slots with
-          static per-slot query capacities. This rung keeps the full config's slots, with
-          the check's heads and pages per sequence and the fewest tokens (doubled from the
-          check's) whose scenario fits; its check batches keep the scenario's slot layout
-          (``layout_scenario``).
-        * the kernel's unrolled loops: jax's RPA kernel unrolls its body over the KV heads
-          of a block and its DMAs over the pages of a block. This rung keeps the full
-          config's heads and enough pages per sequence for JAXBench's block of
-          ``EXPERT_PAGES_PER_BLOCK`` pages, at the check's tokens and slots.
-
-        A rung past the check's input or intermediate caps, or already on the ladder, is left out."""
-        rungs = super().check_rungs()
-        full, check, tokens = self.config, self.check_config(), "max_num_batched_tokens"
-        layout = {**check, **{k: full[k] for k in ("max_num_seqs",)}}
-        while True:
-            try:
-                self.validate_config(layout)
-                break
-            except ValueError:
-                if layout[tokens] >= full[tokens]:
-                    layout = None
-                    break
-                layout[tokens] = min(2 * layout[tokens], full[tokens])
-        pages = max(check["pages_per_seq"], min(full["pages_per_seq"], EXPERT_PAGES_PER_BLOCK))
-        kernel = {**check, "num_q_heads": full["num_q_heads"], "num_kv_heads": full["num_kv_heads"],
-                  "pages_per_seq": pages}
-        for extra in (layout, kernel):
-            if extra is None or extra in rungs or extra == full:
-                continue
-            try:
-                self.validate_config(extra)
-            except ValueError:
-                continue
-            if (self.input_bytes(extra) <= MAX_CHECK_INPUT_BYTES
-                    and self.largest_intermediate_bytes(extra) <= MAX_CHECK_INTERMEDIATE_BYTES):
-                rungs.append(extra)
-        return rungs
-
     def validate_config(self, config):
         keys = ("max_num_batched_tokens", "max_num_seqs", "num_q_heads", "num_kv_heads", "head_dim", "page_size",
                 "pages_per_seq")
@@ -259,12 +188,7 @@ class RaggedPagedAttention(Workload):
             k = seeded_normal(kk, half, dt, seed, **QK_STRUCTURE)
             kv_pages = jnp.stack([k, seeded_normal(kv, half, dt, seed)], axis=3).reshape(pages)
         page_indices = jax.random.permutation(k3, total, independent=True).astype(jnp.int32).reshape(slots, pps)
-        if seed == 0:
-            q_lens, kv_lens = scenario(config)
-        elif config["max_num_seqs"] == self.config["max_num_seqs"]:  # the layout rung (check_rungs)
-            q_lens, kv_lens = layout_scenario(config, jax.random.fold_in(k3, 1))
-        else:
-            q_lens, kv_lens = random_scenario(config, jax.random.fold_in(k3, 1))
+        q_lens, kv_lens = scenario(config) if seed == 0 else random_scenario(config, jax.random.fold_in(k3, 1))
         active = len(q_lens)
         kv = jnp.asarray(kv_lens + [0] * (slots - active), jnp.int32)
         cu = np.concatenate([[0], np.cumsum(q_lens)])
