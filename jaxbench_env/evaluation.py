@@ -32,8 +32,9 @@ from jaxbench_env.worker import DEFAULT_MEMORY_BYTES, DEFAULT_TIMEOUT_S, Worker,
 BACKENDS = ("auto", "sim", "tpu")
 TIMING_SOURCE = {"sim": "v6e-sim", "tpu": "v6e-measured"}
 # 2: correct may be None (compile-only experts); 3: sim features; 4: judged artifacts; 5: the physical floor;
-# 6: wider float outputs accepted, a grid axis without a step at the check size climbs the ladder
-CACHE_VERSION = 6
+# 6: wider float outputs accepted, a grid axis without a step at the check size climbs the ladder;
+# 7: references made JAXBench's programs op for op, JAXBench's signatures adapted
+CACHE_VERSION = 7
 BUILD_JOB = "jaxbench_env.candidate_process:build_artifacts"
 MAX_CANDIDATE_ERROR_CHARS = 4000
 _CANDIDATE_STAGES = ("load", "trace", "export", "done")

@@ -137,7 +137,7 @@ import jax.numpy as jnp
 
 def workload(q, k_pages, v_pages, lengths, page_indices):
     """JAXBench's optimized signature (jax's kernel's convention): one query row per sequence,
-    no cu_q_lens, head-major pages (num_kv_heads, total_pages, page_size, head_dim)."""
+    already scaled, no cu_q_lens, head-major pages (num_kv_heads, total_pages, page_size, head_dim)."""
     hkv, _, page_size, d = k_pages.shape
     group = q.shape[1] // hkv
 
@@ -145,7 +145,7 @@ def workload(q, k_pages, v_pages, lengths, page_indices):
         k = k_pages[:, table].reshape(hkv, -1, d)  # (hkv, max_seq_len, d)
         v = v_pages[:, table].reshape(hkv, -1, d)
         s = jnp.einsum("hgd,htd->hgt", q_i.reshape(hkv, group, d).astype(jnp.float32), k.astype(jnp.float32))
-        s = jnp.where(jnp.arange(k.shape[1]) < length, s * d**-0.5, -jnp.inf)
+        s = jnp.where(jnp.arange(k.shape[1]) < length, s, -jnp.inf)
         return jnp.einsum("hgt,htd->hgd", jax.nn.softmax(s, -1), v.astype(jnp.float32)).reshape(q_i.shape)
 
     return jax.vmap(one)(q, lengths, page_indices).astype(q.dtype)
@@ -164,5 +164,8 @@ def test_jaxbench_signature_goes_through_the_adapter():
     assert sum(e.primitive.name == "transpose" for e in jaxpr.jaxpr.eqns) == 2  # the adapter's, priced
     for seed in (0, 1):  # seed 1: shuffled page table, ragged lengths
         assert not C.rejects(jax.jit(fn)(*inputs(seed)), seed=seed)
+    queries, *_, cu_q_lens = inputs(1)
+    q = W.jaxbench_signature(CFG)[1](*inputs(1))[0]  # jax's kernel takes no scale: its caller's
+    np.testing.assert_array_equal(q, (queries[cu_q_lens[:-1]].astype(jnp.float32) * CFG["head_dim"] ** -0.5).astype(q.dtype))
     own = candidate_process.load_module(W.expert_source(), CFG, {})
     assert candidate_process.entry_point(own, W, CFG, 6) is own.workload

@@ -52,6 +52,22 @@ def test_bundle_parser_finds_loops_and_trips():
     assert bundles.parse("no bundles here") is None
 
 
+def test_a_child_process_dumps_bundles_into_its_own_directory():
+    # A pytest-xdist worker or subprocess inherits its parent's LIBTPU_INIT_ARGS; sharing the
+    # parent's dump directory would leave the child's compiles unpriced by their bundles.
+    import os
+    import subprocess
+    import sys
+
+    parent = bundles.enable()
+    assert parent is not None and str(parent) in os.environ["LIBTPU_INIT_ARGS"]
+    code = ("import os; from jaxbench_env.sim import bundles; d = bundles.enable(); "
+            "print(d, os.environ['LIBTPU_INIT_ARGS'].count('--xla_jf_dump_to='))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    child, count = out.stdout.split()
+    assert child not in ("None", str(parent)) and count == "1"
+
+
 @functools.lru_cache(maxsize=None)
 def _predict(name, config, schedule):
     """(sim details, error) of a workload's template at a schedule: compiled for v6e, not checked."""

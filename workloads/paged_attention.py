@@ -35,10 +35,11 @@ Input fixes (the math and shapes are JAXBench's):
 JAXBench's signature (its optimized file, jax's kernel's convention) is accepted too:
 ``workload(q, k_pages, v_pages, lengths, page_indices)`` with one query row per sequence,
 q = queries[cu_q_lens[:-1]] (no cu_q_lens), and head-major pages (num_kv_heads,
-total_pages, page_size, head_dim). A candidate with that signature is called through an
-adapter that gathers those rows and transposes both page arrays on every call
-(``jaxbench_signature``); the adapter's ops are part of the candidate's priced program
-(each page array is read and written once more).
+total_pages, page_size, head_dim). jax's kernel takes no softmax scale (its callers scale
+q), so that q comes already multiplied by head_dim^-0.5. A candidate with that signature is
+called through an adapter that gathers and scales those rows and transposes both page
+arrays on every call (``jaxbench_signature``); the adapter's ops are part of the
+candidate's priced program (each page array is read and written once more).
 
 The check runs at num_seqs=4, num_query_heads=16, num_kv_heads=2, pages_per_seq=32
 (max_seq_len 512), page_size 16, head_dim 128. Sequences and KV heads only repeat
@@ -100,8 +101,8 @@ class PagedAttention(Workload):
         # calling convention of jax's paged_attention kernel (see the module docstring).
         def adapt(queries, k_pages, v_pages, kv_lens, page_indices, cu_q_lens):
             head_major = (2, 0, 1, 3)  # (total_pages, page_size, kv_heads, d) -> (kv_heads, total_pages, page_size, d)
-            return (queries[cu_q_lens[:-1]], jnp.transpose(k_pages, head_major), jnp.transpose(v_pages, head_major),
-                    kv_lens, page_indices)
+            q = (queries[cu_q_lens[:-1]].astype(jnp.float32) * queries.shape[-1] ** -0.5).astype(queries.dtype)
+            return (q, jnp.transpose(k_pages, head_major), jnp.transpose(v_pages, head_major), kv_lens, page_indices)
 
         return 5, adapt
 

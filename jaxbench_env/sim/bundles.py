@@ -70,6 +70,7 @@ DELAY_SLOTS = 4  # bundles after a branch that issue whether or not it is taken
 
 _FLAGS = ("--xla_jf_dump_to=", "--xla_jf_dump_llo_pass_label_regex=")
 _dump_dir: Path | None = None
+_OWN_DIR = "JAXBENCH_BUNDLE_OWN_DIR"  # the directory enable() put in LIBTPU_INIT_ARGS
 
 
 @dataclass(frozen=True)
@@ -251,7 +252,10 @@ def enable() -> Path | None:
         return _dump_dir
     args = os.environ.get("LIBTPU_INIT_ARGS", "")
     given = os.environ.get("JAXBENCH_BUNDLE_DIR")  # a worker's: made (and removed) by its parent
-    if given:  # the parent's own dump flags may be inherited: ours replace them
+    # A process started by one that called enable() (a pytest-xdist worker, a subprocess)
+    # inherits that parent's flags; sharing its directory would mix or lose both dumps.
+    inherited = os.environ.get(_OWN_DIR)
+    if given or (inherited and f"{_FLAGS[0]}{inherited}" in args.split()):
         args = " ".join(a for a in args.split() if not a.startswith(_FLAGS))
     elif "--xla_jf_dump_to" in args:  # the user's own dump: leave it alone, no bundles
         return None
@@ -260,6 +264,7 @@ def enable() -> Path | None:
         atexit.register(shutil.rmtree, _dump_dir, True)
     flags = f"{_FLAGS[0]}{_dump_dir} {_FLAGS[1]}^final_bundles$"
     os.environ["LIBTPU_INIT_ARGS"] = (args + " " + flags).strip()
+    os.environ[_OWN_DIR] = str(_dump_dir)
     return _dump_dir
 
 
