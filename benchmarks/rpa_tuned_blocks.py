@@ -4,8 +4,8 @@ jax ships ``TUNED_BLOCK_SIZES['TPU v6']`` (ragged_paged_attention/tuned_block_si
 shape, the (num_kv_pages_per_block, num_queries_per_block) measured fastest on a real v6e.
 For a deterministic sample of bf16 shapes spread over the table, this compiles jax's kernel
 for v6e at every legal pair (the table's ranges: 4-16 KV pages x 32-256 queries, within
-pages_per_seq and VMEM), on a fixed mixed prefill+decode batch filling
-max_num_batched_tokens (``jaxbench_env.validation.rpa_batch``), prices each with the
+pages_per_seq and VMEM), on the batch the table was tuned on (34 decodes and one long
+sequence, every KV length max_model_len: ``jaxbench_env.validation.rpa_batch``), prices each with the
 simulator as the judge does (concrete scalar-prefetch tables, the physical floor), and
 reports in what fraction of shapes the tuned pair is predicted within 10% of the best legal
 pair (target: >= 80% of >= 20 shapes); the same on the model's own times (before the

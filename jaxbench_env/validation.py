@@ -18,8 +18,9 @@ Two checks, each a core function here with a thin CLI under ``benchmarks/``:
    before the floor (which ties pairs), and a diagnostic outside the simulator that prices
    the compiled kernel's loops with the batch's trip counts (``rpa_trip_estimate``).
 
-   The batch is ours (the tuning's own is not published): ``rpa_batch`` documents it. The
-   ranking of query blocks depends on it (decode-heavy batches favour small query blocks).
+   The batch is the one the table was tuned on (``rpa_batch``: 34 decodes and one long
+   sequence, from the public autotune script): the ranking of query blocks depends on it
+   (decode-heavy batches favour small query blocks, long prefills large ones).
 
 2. **The Pallas TPU matmul guide's times (TPU v5e)** (``run_matmul_guide``,
    ``benchmarks/matmul_guide_v5e.py``). JAX's guide (docs/pallas/tpu/matmul) publishes
@@ -157,8 +158,8 @@ RPA_KV_PAGES = (4, 8, 16)  # num_kv_pages_per_block values TUNED_BLOCK_SIZES['TP
 RPA_Q_BLOCKS = (32, 64, 128, 256)  # num_queries_per_block values it uses
 RPA_VMEM_LIMIT = 96 * 2**20  # vmem_limit_bytes for every candidate (the tuned 16-page blocks of
 # 256-token pages need 32 MiB of KV buffers alone, over Mosaic's 32 MiB default)
-RPA_MAX_DECODES = 128  # decode sequences in a batch at most
-RPA_PREFILL_CHUNK = 512  # prefill chunk length at most (also at most max_model_len)
+RPA_TUNING_DECODES = 34  # the tuning example's decodes (``rpa_batch``)
+RPA_TUNING_SLOTS = 128  # and its fewest slots (max_num_seqs)
 NOTE_UNEVALUATED = "index maps that could not be evaluated"
 
 
@@ -233,31 +234,16 @@ class RpaBatch:
 
 
 def rpa_batch(shape: RpaShape) -> RpaBatch:
-    """The fixed batch every pair of a shape is priced on (ours: the tuning's is unpublished).
+    """The batch the tuned table was measured on, which every pair of a shape is priced on.
 
-    With T = max_num_batched_tokens and L = max_model_len:
-    - D = min(T / 8, 128) decode sequences (1 query token each) come first, their KV lengths
-      evenly spread over [1, L] (bin midpoints: ``(2i + 1) L / 2D``, increasing);
-    - the remaining T - D tokens are prefill chunks of C = min(L, 512) query tokens (the
-      last one shorter), chunk j with KV length ``q + (j mod 4) (L - q) / 4`` (no context,
-      then a quarter, half, three quarters of what is left of the model length);
-    - max_num_seqs is the number of sequences rounded up to a multiple of 8 (idle slots have
-      KV length 0); every sequence has pages_per_seq pages, shuffled over the cache.
-    The query lengths sum to exactly T: the batch fills max_num_batched_tokens."""
-    tokens, model_len = shape.max_num_batched_tokens, shape.max_model_len
-    n_dec = min(tokens // 8, RPA_MAX_DECODES)
-    q_lens = [1] * n_dec
-    kv_lens = [max(1, ((2 * i + 1) * model_len) // (2 * n_dec)) for i in range(n_dec)]
-    chunk = min(model_len, RPA_PREFILL_CHUNK)
-    rest, j = tokens - n_dec, 0
-    while rest > 0:
-        q = min(chunk, rest)
-        q_lens.append(q)
-        kv_lens.append(q + ((j % 4) * (model_len - q)) // 4)
-        rest -= q
-        j += 1
-    slots = -(-len(q_lens) // 8) * 8
-    return RpaBatch(tuple(q_lens), tuple(kv_lens), slots)
+    The public autotune script behind jax's table (it imports jax's kernel and
+    ``tuned_block_sizes`` and times every pair on one example, ``get_qkv_lens_example``) runs
+    35 sequences in 128 or more slots: 34 decodes of 1 query token, then one sequence holding
+    the rest of min(T, L) tokens (T = max_num_batched_tokens, L = max_model_len), every KV
+    length L. Here the slots are 128, the script's smallest."""
+    tokens = min(shape.max_num_batched_tokens, shape.max_model_len)
+    q_lens = (1,) * RPA_TUNING_DECODES + (tokens - RPA_TUNING_DECODES,)
+    return RpaBatch(q_lens, (shape.max_model_len,) * len(q_lens), RPA_TUNING_SLOTS)
 
 
 def rpa_tables(shape: RpaShape, batch: RpaBatch | None = None, seed: int = 0) -> dict:

@@ -47,18 +47,19 @@ def test_rpa_sampler_is_deterministic_and_spread():
     assert len({s.max_model_len for s in shapes}) >= 6
 
 
-def test_rpa_batch_fills_the_tokens_within_the_model_length():
+def test_rpa_batch_is_the_tuning_example():
+    # 34 one-token decodes and one sequence with the rest of min(T, L) tokens, all at KV length L
     for s in v.rpa_shapes():
         b = v.rpa_batch(s)
-        assert sum(b.q_lens) == s.max_num_batched_tokens
-        assert all(1 <= q <= kv <= s.max_model_len for q, kv in zip(b.q_lens, b.kv_lens))
-        assert b.max_num_seqs % 8 == 0 and len(b.q_lens) <= b.max_num_seqs
+        assert sum(b.q_lens) == min(s.max_num_batched_tokens, s.max_model_len)
+        assert all(1 <= q <= kv == s.max_model_len for q, kv in zip(b.q_lens, b.kv_lens))
     s = v.RpaShape(8, 2, 128, 64, 4096, 1024, (16, 64))
     b = v.rpa_batch(s)
-    assert b.q_lens[:128] == (1,) * 128 and b.q_lens[128:] == (512,) * 7 + (384,)
+    assert b.q_lens == (1,) * 34 + (990,) and b.max_num_seqs == 128
     tables = v.rpa_tables(s)
-    assert tables["cu_q_lens"][-1] == 4096 and int(tables["num_seqs"][0]) == 136
-    assert sorted(tables["page_indices"].ravel()) == list(range(136 * 16))
+    assert tables["cu_q_lens"][-1] == 1024 and int(tables["num_seqs"][0]) == 35
+    assert list(tables["kv_lens"][:36]) == [1024] * 35 + [0]
+    assert sorted(tables["page_indices"].ravel()) == list(range(128 * 16))
 
 
 def test_rpa_legal_pairs():
