@@ -6,6 +6,8 @@
     jaxbench evaluate gemm [--kernel my_kernel.py] [--schedule block_m=256] [--json]
     jaxbench optimize gemm --policy greedy --steps 20 --out runs/gemm [--json]
     jaxbench optimize gemm --policy llm --base-url http://127.0.0.1:8000/v1 --model m --steps 5 --out runs/llm
+    jaxbench optimize gemm --policy llm-beam --base-url URL --model m --steps 8 --out runs/beam
+    jaxbench optimize gemm --policy llm-beam --replay runs/beam/transcript.jsonl --steps 8 --out runs/again
     jaxbench optimize gemm --policy expert --steps 1 --out runs/gemm-expert
     jaxbench bench --workloads kernelbench --policy greedy --steps 8 --out runs/suite [--ray-address auto]
     jaxbench sim-report [--json] [--pallas-validation [--rpa-shapes N]]
@@ -275,17 +277,34 @@ def cmd_evaluate(args) -> int:
     return 0
 
 
-def policy_kwargs(args) -> dict:
-    """The options of ``--policy`` from the command line."""
-    if args.policy == "llm":
-        if not args.base_url:
-            raise UsageError("--policy llm needs --base-url (an OpenAI-compatible endpoint)")
-        return {"base_url": args.base_url, "model": args.model or "default", "api_key": args.api_key}
+LLM_POLICIES = ("llm", "llm-beam")
+
+
+def policy_kwargs(args, transcript: str | None = None) -> dict:
+    """The options of ``--policy`` from the command line. For the LLM policies, ``transcript``
+    is where the exchanges are recorded (``{workload}`` is filled in per workload)."""
+    if args.policy in LLM_POLICIES:
+        if not (args.base_url or args.replay or os.environ.get("OPENAI_BASE_URL")):
+            raise UsageError(f"--policy {args.policy} needs --base-url (an OpenAI-compatible endpoint), "
+                             "OPENAI_BASE_URL, or --replay TRANSCRIPT")
+        if args.replay and "{workload}" not in args.replay and not Path(args.replay).is_file():
+            raise UsageError(f"--replay {args.replay}: no such transcript")
+        kw = {"base_url": args.base_url, "model": args.model, "api_key": args.api_key, "replay": args.replay,
+              "transcript": transcript, "max_requests": args.max_requests,
+              "max_total_tokens": args.max_total_tokens, "temperature": args.temperature}
+        if args.policy == "llm-beam":
+            kw.update(beam_width=args.beam_width, n_plans=args.plans, concurrency=args.concurrency)
+        return kw
     if args.policy == "beam":
         return {"beam_width": args.beam_width}
     if args.policy in ("random", "gradient") and args.seed is not None:
         return {"seed": args.seed}
     return {}
+
+
+def policy_client(policy):
+    """The chat client of an LLM policy (``llm``'s own, ``llm-beam``'s proposer's)."""
+    return getattr(policy, "client", None) or getattr(getattr(policy, "proposer", None), "client", None)
 
 
 def suite_configs(text: str | None, names: list[str]) -> dict:
@@ -326,7 +345,8 @@ def cmd_bench(args) -> int:
     if (args.ray_address or args.workers) and importlib.util.find_spec("ray") is None:
         raise UsageError("--ray-address and --workers need Ray: pip install 'jaxbench-gym[ray]'")
     spec = suite.BenchSpec(policy=args.policy, steps=args.steps, backend=_backend(args.backend), seed=args.seed,
-                           policy_kwargs=policy_kwargs(args), configs=suite_configs(args.config, names),
+                           policy_kwargs=policy_kwargs(args, str(Path(args.out) / "transcripts" / "{workload}.jsonl")),
+                           configs=suite_configs(args.config, names),
                            experts=not args.no_experts, timeout_s=args.timeout)
     out = Path(args.out)
     try:
@@ -387,12 +407,17 @@ def cmd_optimize(args) -> int:
         raise UsageError("--steps must be at least 1")
     if args.policy == "expert" and not _workload(args.workload, config).expert_file:
         raise UsageError(f"{args.workload} has no expert kernel for --policy expert")
-    policy = make_policy(args.policy, **policy_kwargs(args))
     out = Path(args.out)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UsageError(f"cannot create --out directory {args.out}: {e.strerror or e}") from None
+    transcript = out / "transcript.jsonl" if args.policy in LLM_POLICIES else None
+    if transcript is not None and transcript.exists():
+        if args.replay and Path(args.replay).resolve() == transcript.resolve():
+            raise UsageError("--replay must not be the transcript this run writes: use another --out")
+        transcript.unlink()  # a run's transcript is that run's alone
+    policy = make_policy(args.policy, **policy_kwargs(args, transcript and str(transcript)))
 
     env = gym.make(f"jaxbench_env:JAXBench/{args.workload}-v0", action_mode=POLICY_ACTION_MODE[args.policy],
                    config=config, backend=args.backend, max_steps=args.steps, cache_dir=args.cache_dir,
@@ -422,11 +447,22 @@ def cmd_optimize(args) -> int:
 
     (out / "best_kernel.py").write_text(with_schedule(best_source, best_schedule))
     start = {k: info0.get(k) for k in ("schedule", "time_ms", "speedup", "correct", "cached", "error")}
+    replay = None
+    if args.policy in LLM_POLICIES and args.replay:
+        from policies.llm_client import replay_check
+
+        replay = replay_check(args.replay, transcript)
+        replay["versions_differ"] = policy_client(policy).versions_differ
     (out / "log.json").write_text(json.dumps(
         {"workload": args.workload, "config": config_used, "policy": args.policy, "backend": info0["backend"],
          "timing_source": info0["timing_source"], "baseline_ms": info0["baseline_ms"], "start": start,
-         "steps": records}, indent=1, default=str))
+         "steps": records, "transcript": transcript and str(transcript), "replay": replay}, indent=1, default=str))
 
+    if replay is not None:
+        print(f"[jaxbench] replay of {args.replay}: {replay['same']} scores as recorded, {len(replay['differ'])} "
+              f"different, {len(replay['missing'])} not reached"
+              + (f"; versions differ: {replay['versions_differ']}" if replay["versions_differ"] else ""),
+              file=sys.stderr, flush=True)
     summary = {"workload": args.workload, "policy": args.policy, "steps": len(records),
                "timing_source": info0["timing_source"], "baseline_ms": info0["baseline_ms"],
                "start_speedup": info0["speedup"], "best_speedup": best_speedup, "best_schedule": best_schedule,
@@ -516,11 +552,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     # The options of the search policies (policy_kwargs reads them), for optimize and bench.
     policy_options = argparse.ArgumentParser(add_help=False)
-    policy_options.add_argument("--beam-width", type=int, default=4)
-    policy_options.add_argument("--base-url",
-                                help="OpenAI-compatible endpoint for --policy llm, e.g. http://127.0.0.1:8000/v1")
-    policy_options.add_argument("--model", help="model name for --policy llm")
-    policy_options.add_argument("--api-key", default="none", help="API key for --policy llm")
+    policy_options.add_argument("--beam-width", type=int, default=4, help="beam width of beam and llm-beam")
+    llm = policy_options.add_argument_group("LLM policies (llm, llm-beam)")
+    llm.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 "
+                                        "(default $OPENAI_BASE_URL)")
+    llm.add_argument("--model", help="model name (default $OPENAI_MODEL)")
+    llm.add_argument("--api-key", default=None, help="API key (default $OPENAI_API_KEY; never recorded)")
+    llm.add_argument("--replay", help="answer from this recorded transcript instead of an endpoint")
+    llm.add_argument("--plans", type=int, default=2, help="llm-beam: plans asked per beam member")
+    llm.add_argument("--concurrency", type=int, default=4, help="requests in flight at once")
+    llm.add_argument("--temperature", type=float, default=None)
+    llm.add_argument("--max-requests", type=int, default=None, help="request budget of the run")
+    llm.add_argument("--max-total-tokens", type=int, default=None, help="token budget of the run")
 
     p = argparse.ArgumentParser(prog="jaxbench", description="JAXBench-Gym: optimize Pallas TPU kernels.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -539,13 +582,14 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--schedule", help="schedule knobs, KEY=VALUE,... (e.g. block_m=256,order=nm)")
     o = sub.add_parser("optimize", parents=[common, policy_options], help="run a search policy for N steps")
     o.add_argument("workload")
-    o.add_argument("--policy", required=True, choices=("random", "greedy", "beam", "gradient", "llm", "expert"))
+    o.add_argument("--policy", required=True,
+                   choices=("random", "greedy", "beam", "gradient", "llm", "llm-beam", "expert"))
     o.add_argument("--steps", type=int, required=True)
     o.add_argument("--out", required=True, help="directory for best_kernel.py and log.json")
     o.add_argument("--seed", type=int, default=None)
     bn = sub.add_parser("bench", parents=[common, policy_options], help="run a policy over a set of workloads: the suite's figures")
     bn.add_argument("--workloads", default="all", help="all, production, kernelbench or NAME,NAME,... (default all)")
-    bn.add_argument("--policy", required=True, choices=("random", "greedy", "beam", "gradient", "llm"))
+    bn.add_argument("--policy", required=True, choices=("random", "greedy", "beam", "gradient", "llm", "llm-beam"))
     bn.add_argument("--steps", type=int, required=True, help="policy steps per workload")
     bn.add_argument("--out", required=True, help="directory for results.json/.csv/.png and per-workload results")
     bn.add_argument("--seed", type=int, default=0)

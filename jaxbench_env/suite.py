@@ -105,7 +105,9 @@ def run_workload(name: str, spec: BenchSpec, cache_dir: str | None = None,
         _, info = env.reset(seed=spec.seed)
         row.update(config=u.workload.config, backend=u.evaluator.backend, timing_source=info["timing_source"],
                    baseline_ms=info["baseline_ms"], start_ms=info["time_ms"], start_speedup=info["speedup"])
-        policy = make_policy(spec.policy, **spec.policy_kwargs)
+        # An LLM policy's transcript (and the one it replays) is the workload's own.
+        policy = make_policy(spec.policy, **{k: v.format(workload=name) if k in ("transcript", "replay") and v else v
+                                             for k, v in spec.policy_kwargs.items()})
         policy.reset()
 
         def step_done(rec: dict) -> None:

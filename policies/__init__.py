@@ -3,7 +3,8 @@
 ``make_policy(name, **kwargs)`` builds one by name (the CLI uses it):
 "random", "greedy", "beam" (step-by-step beam search; see also ``beam_search`` for
 the fork-based function), "gradient" (descent on the simulator's differentiable tier),
-"llm" (any OpenAI-compatible chat endpoint) and "expert" (the
+"llm" (any OpenAI-compatible chat endpoint, one kernel per step), "llm-beam" (plan-then-code
+beam search with the same endpoint) and "expert" (the
 workload's hand-tuned kernel shipped in jax, where JAXBench names one).
 """
 
@@ -17,10 +18,25 @@ from policies.greedy import GreedyPolicy
 from policies.random_search import RandomPolicy
 
 
-def _llm(**kw):
-    from policies.llm import LLMPolicy  # imports openai only when asked for
+CLIENT_OPTIONS = ("base_url", "model", "api_key", "replay", "transcript", "max_requests", "max_total_tokens")
 
-    return LLMPolicy(**kw)
+
+def _client(kw: dict):
+    from policies.llm_client import make_client
+
+    return make_client(**{k: kw.pop(k) for k in CLIENT_OPTIONS if k in kw})
+
+
+def _llm(**kw):
+    from policies.llm import LLMPolicy
+
+    return LLMPolicy(_client(kw), **kw)
+
+
+def _llm_beam(**kw):
+    from policies.llm_beam import make_llm_beam
+
+    return make_llm_beam(_client(kw), **kw)
 
 
 POLICIES = {
@@ -29,12 +45,13 @@ POLICIES = {
     "beam": BeamPolicy,
     "gradient": GradientPolicy,
     "llm": _llm,
+    "llm-beam": _llm_beam,
     "expert": ExpertPolicy,
 }
 
 # The action mode each policy acts in.
 POLICY_ACTION_MODE = {"random": "schedule", "greedy": "schedule", "beam": "schedule", "gradient": "schedule",
-                      "llm": "source", "expert": "source"}
+                      "llm": "source", "llm-beam": "source", "expert": "source"}
 
 
 def make_policy(name: str, **kwargs) -> Policy:

@@ -73,7 +73,8 @@ def run_policy(policy, env, steps: int, seed: int | None = None, reset: bool = T
 
     Returns one record per step: step, action, schedule, reward, speedup, correct,
     compiled, time_ms, baseline_ms, error, timing_source, trusted_timing, cached, wall_s (the
-    policy's choice and the evaluation), and an LLM policy's prompt and reply. ``callback`` sees each record as
+    policy's choice and the evaluation), and an LLM policy's prompt, reply and policy_error (why a
+    reply gave no candidate). ``callback`` sees each record as
     it is made (for progress output). Stops early if the episode ends.
     """
     if reset:
@@ -91,9 +92,9 @@ def run_policy(policy, env, steps: int, seed: int | None = None, reset: bool = T
                "baseline_ms": info["baseline_ms"], "error": info["error"],
                "timing_source": info["timing_source"], "trusted_timing": info.get("trusted_timing"),
                "cached": info.get("cached"), "wall_s": time.perf_counter() - t0}
-        for key in ("last_prompt", "last_reply"):  # an LLM policy's exchange for this step
+        for key in ("last_prompt", "last_reply", "last_error"):  # an LLM policy's exchange for this step
             if getattr(policy, key, None) is not None:
-                rec[key.removeprefix("last_")] = getattr(policy, key)
+                rec[{"last_error": "policy_error"}.get(key, key.removeprefix("last_"))] = getattr(policy, key)
         records.append(rec)
         if callback is not None:
             callback(rec)

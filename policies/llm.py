@@ -1,78 +1,107 @@
-"""An LLM policy: any OpenAI-compatible chat endpoint writes the next kernel source."""
+"""An LLM policy: a chat model writes the next kernel, one step at a time.
+
+Each ``act`` builds the prompt of ``policies.llm_prompt`` for the env's current kernel (the
+guide sections its category and last error call for, the simulator's breakdown, the history
+of this episode's attempts), asks for a plan and then its code (``plan=False``: code only)
+and returns the reply's code as the source action. Transport, budget, transcript and replay
+are ``policies.llm_client``'s; ``policies.llm_beam`` searches with the same prompts.
+"""
 
 from __future__ import annotations
 
 import re
 
 from policies.base import Policy
-
-SYSTEM_PROMPT = """You optimize Pallas TPU kernels for TPU v6e. You are shown a workload, its \
-JAX reference, the current Pallas kernel source and how it scored. Propose a faster kernel \
-that stays correct (same outputs within tolerance; it must define workload(*inputs)).
-
-Answer with ONE fenced code block at the end of your reply, either:
-  * the full new Python module, or
-  * one or more search/replace edit blocks against the current source:
-<<<<<<< SEARCH
-exact text from the current source
-=======
-replacement text
->>>>>>> REPLACE
-Keep explanations short."""
+from policies.llm_client import LLMError, make_client
+from policies.llm_prompt import Attempt, Context, code_messages, load_guide, parse_plans, plan_messages
 
 _FENCE = re.compile(r"```[^\n`]*\n(.*?)```", re.DOTALL)
 
 
+class NoCode(ValueError):
+    """A reply with neither a fenced code block nor search/replace edits."""
+
+
 def extract_code(reply: str) -> str:
-    """The body of the LAST fenced code block in ``reply``, or the whole reply if there is none."""
+    """The body of the LAST fenced code block in ``reply``; the reply itself if it holds bare
+    search/replace edits; ``NoCode`` otherwise."""
     blocks = _FENCE.findall(reply or "")
-    return blocks[-1] if blocks else (reply or "")
+    if blocks:
+        return blocks[-1]
+    if "<<<<<<< SEARCH" in (reply or ""):
+        return reply
+    raise NoCode("the reply has no fenced code block and no search/replace edits")
 
 
 class LLMPolicy(Policy):
-    """Asks a chat model for the next source, given ``env.unwrapped.describe()``.
+    """Asks a chat model for the next kernel source.
 
-    Works with any OpenAI-compatible endpoint (vLLM, llama.cpp server, OpenAI, ...):
-    ``base_url`` like ``http://127.0.0.1:8000/v1``. Pass ``client`` to reuse an existing
-    ``openai.OpenAI``. The reply's last fenced code block is the source action (a full
-    module or search/replace blocks); in "both" mode the action keeps the current schedule
-    indices. ``last_prompt`` and ``last_reply`` hold the latest exchange.
+    ``client``: a ``ChatClient`` or ``ReplayClient`` (``make_client``); or pass ``base_url``,
+    ``model``, ``api_key``, ``replay``, ``transcript``, ``max_requests``, ``max_tokens`` to make
+    one. After each ``act``: ``last_prompt``, ``last_reply`` and ``last_error`` (why the reply
+    gave no candidate, or the request failed: the step then re-proposes the best kernel).
     """
 
     name = "llm"
 
-    def __init__(self, base_url: str | None = None, model: str = "default", api_key: str = "none",
-                 client=None, system_prompt: str = SYSTEM_PROMPT, temperature: float | None = None,
-                 max_tokens: int | None = None, timeout: float = 600.0):
-        if client is None:
-            from openai import OpenAI
+    def __init__(self, client=None, plan: bool = True, temperature: float | None = None,
+                 max_tokens: int | None = None, guide=None, **client_kwargs):
+        self.client = client if client is not None else make_client(**client_kwargs)
+        self.plan, self.params = plan, {"temperature": temperature, "max_tokens": max_tokens}
+        self.guide = load_guide() if guide is None else guide
+        self.reset()
 
-            client = OpenAI(base_url=base_url, api_key=api_key, timeout=timeout)
-        self.client, self.model, self.system_prompt = client, model, system_prompt
-        self.temperature, self.max_tokens = temperature, max_tokens
-        self.last_prompt: str | None = None
-        self.last_reply: str | None = None
+    def reset(self) -> None:
+        self.attempts: list[Attempt] = []
+        self.awaiting: tuple[str, str | None] | None = None  # (plan, request hash) of the last action
+        self.last_prompt = self.last_reply = self.last_error = None
 
-    def propose(self, prompt: str) -> str:
-        kwargs = {}
-        if self.temperature is not None:
-            kwargs["temperature"] = self.temperature
-        if self.max_tokens is not None:
-            kwargs["max_tokens"] = self.max_tokens
-        resp = self.client.chat.completions.create(
-            model=self.model,
-            messages=[{"role": "system", "content": self.system_prompt}, {"role": "user", "content": prompt}],
-            **kwargs,
-        )
-        return resp.choices[0].message.content or ""
+    def _observe(self, u) -> None:
+        plan, request = self.awaiting
+        self.awaiting = None
+        result = u.last
+        if result is None:
+            return
+        error = None if result.ok else (result.error or "not correct")
+        self.attempts.append(Attempt(plan, result.correct, result.speedup, result.time_ms, error))
+        transcript = getattr(self.client, "transcript", None)
+        if transcript is not None and request is not None:
+            transcript.score(request, {"speedup": result.speedup, "correct": result.correct, "compiled": result.compiled,
+                                       "time_ms": result.time_ms, "error": result.error,
+                                       "timing_source": result.timing_source})
+
+    def _action(self, u, text: str):
+        if u.action_mode == "both":
+            return {"schedule": u.schedule_space.encode(u.schedule), "source": text}
+        return text
 
     def act(self, env):
         u = env.unwrapped
-        self.last_prompt = u.describe()
-        self.last_reply = self.propose(self.last_prompt)
-        text = extract_code(self.last_reply)
-        if u.action_mode == "both":
-            return {"schedule": u.schedule_space.encode(u.schedule), "source": text}
         if u.action_mode == "schedule":
             raise ValueError("LLMPolicy needs action_mode 'source' or 'both'")
-        return text
+        if self.awaiting is not None:
+            self._observe(u)
+        self.last_error = None
+        ctx = Context.of(env, history=self.attempts)
+        plan = None
+        try:
+            if self.plan:
+                reply = self.client.complete(plan_messages(ctx, 1, self.guide), purpose="plan", **self.params)
+                plan = parse_plans(reply.text, 1)[0] if reply.text.strip() else None
+            messages = code_messages(ctx, plan, self.guide)
+            self.last_prompt = messages[-1]["content"]
+            reply = self.client.complete(messages, purpose="code", **self.params)
+        except LLMError as e:
+            self.last_error = f"request failed: {e}"
+            best = u.best[0] if u.best is not None else u.source
+            return self._action(u, best)
+        self.last_reply = reply.text
+        try:
+            text = extract_code(reply.text)
+        except NoCode as e:
+            self.last_error = str(e)
+            self.attempts.append(Attempt(plan or "code", False, None, None, str(e)))
+            best = u.best[0] if u.best is not None else u.source
+            return self._action(u, best)
+        self.awaiting = (plan or "code", reply.request_hash)
+        return self._action(u, text)

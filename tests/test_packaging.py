@@ -22,7 +22,8 @@ def test_the_wheel_evaluates_a_template_outside_the_tree(tmp_path):
     (wheel,) = (tmp_path / "dist").glob("jaxbench_gym-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     for name in ("workloads/templates/gemm.py", "workloads/templates/conv_family.py", "workloads/experts/gemm.py",
-                 "jaxbench_env/data/sim_calibration.json", "jaxbench_env/data/jaxbench_v6e_published.csv"):
+                 "jaxbench_env/data/sim_calibration.json", "jaxbench_env/data/jaxbench_v6e_published.csv",
+                 "policies/guide/tiling_rules.md"):
         assert name in names, name
 
     # The dependencies (jax, libtpu, ...) come from this interpreter's site-packages; the

@@ -78,7 +78,7 @@ def test_beam_policy_steps_and_registry(env):
     assert isinstance(policy, BeamPolicy)
     records = policy.run(env, 3, seed=0)
     check_records(records)
-    assert set(make_policy.__globals__["POLICIES"]) == {"random", "greedy", "beam", "gradient", "llm", "expert"}
+    assert set(make_policy.__globals__["POLICIES"]) == {"random", "greedy", "beam", "gradient", "llm", "llm-beam", "expert"}
     assert isinstance(make_policy("random"), RandomPolicy) and isinstance(make_policy("greedy"), GreedyPolicy)
 
 
