@@ -62,13 +62,10 @@ class LLMPolicy(Policy):
         result = u.last
         if result is None:
             return
-        error = None if result.ok else (result.error or "not correct")
-        self.attempts.append(Attempt(plan, result.correct, result.speedup, result.time_ms, error))
+        self.attempts.append(Attempt.of(plan, result))
         transcript = getattr(self.client, "transcript", None)
         if transcript is not None and request is not None:
-            transcript.score(request, {"speedup": result.speedup, "correct": result.correct, "compiled": result.compiled,
-                                       "time_ms": result.time_ms, "error": result.error,
-                                       "timing_source": result.timing_source})
+            transcript.score(request, result)
 
     def _action(self, u, text: str):
         if u.action_mode == "both":

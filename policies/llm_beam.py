@@ -100,13 +100,10 @@ class PlanThenCode:
         self._fail(what, f"{what} failed: {error}", None)
 
     def observe(self, proposal: Proposal, result) -> None:
-        error = None if result.ok else (result.error or "not correct")
-        self.attempts.append(Attempt(proposal.summary, result.correct, result.speedup, result.time_ms, error))
+        self.attempts.append(Attempt.of(proposal.summary, result))
         transcript = getattr(self.client, "transcript", None)
         if transcript is not None and proposal.request is not None:
-            transcript.score(proposal.request, {"speedup": result.speedup, "correct": result.correct,
-                                                "compiled": result.compiled, "time_ms": result.time_ms,
-                                                "error": result.error, "timing_source": result.timing_source})
+            transcript.score(proposal.request, result)
 
 
 def make_llm_beam(client, beam_width: int = 2, n_plans: int = 2, depth: int | None = None,

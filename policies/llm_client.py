@@ -124,9 +124,11 @@ class Transcript:
                      "latency_s": round(reply.latency_s, 4), "replayed": reply.replayed,
                      "versions": self.versions})
 
-    def score(self, request: str, result: dict) -> None:
+    def score(self, request: str, result) -> None:
+        """The score of the candidate built from ``request``'s reply: an ``EvalResult`` or a dict."""
         keep = ("speedup", "correct", "compiled", "time_ms", "error", "timing_source")
-        self._write({"type": "score", "hash": request, **{k: result.get(k) for k in keep}})
+        get = result.get if isinstance(result, dict) else lambda k: getattr(result, k, None)
+        self._write({"type": "score", "hash": request, **{k: get(k) for k in keep}})
 
 
 def read_transcript(path) -> list[dict]:

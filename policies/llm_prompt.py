@@ -134,6 +134,12 @@ class Attempt:
     time_ms: float | None
     error: str | None
 
+    @classmethod
+    def of(cls, summary: str, result) -> "Attempt":
+        """The attempt ``summary`` that an ``EvalResult`` scored."""
+        error = None if result.ok else (result.error or "not correct")
+        return cls(summary, result.correct, result.speedup, result.time_ms, error)
+
     def line(self, n: int) -> str:
         if self.error:
             first = self.error.strip().splitlines()[0][:200]
