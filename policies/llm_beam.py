@@ -5,7 +5,7 @@ request asks for ``n_plans`` plans (each a strategy from ``llm_prompt.STRATEGIES
 concrete for that kernel, with its profile and the history in view), then one request per
 plan asks for its code. Requests run ``concurrency`` at a time. A reply becomes a proposal
 when its code applies to the member's source; a reply with no code, edits that do not apply,
-or a request that fails are recorded as failed attempts (``failures``, the history the next
+a repeat of an earlier candidate, or a request that fails are recorded as failed attempts (``failures``, the history the next
 prompts show, and the transcript) without costing an evaluation.
 
     policy = make_llm_beam(client, beam_width=2, n_plans=2)   # a BeamPolicy
@@ -17,6 +17,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 from action_space.source_edit import EditError, apply_source_action, read_schedule
+from policies.base import schedule_key
 from policies.beam import BeamPolicy, Member, Proposal
 from policies.llm import NoCode, extract_code
 from policies.llm_client import BudgetExhausted, LLMError
@@ -38,6 +39,7 @@ class PlanThenCode:
         self.attempts: list[Attempt] = []
         self.failures: list[dict] = []  # {"plan", "error", "request"} of replies that made no proposal
         self.exhausted: str | None = None  # why no more requests are made (budget)
+        self.proposed: set = set()  # (source, schedule) of every proposal and beam member
 
     def _ask(self, messages, purpose):
         return self.client.complete(messages, purpose=purpose, **self.params)
@@ -65,6 +67,7 @@ class PlanThenCode:
     def propose(self, members: list[Member], env) -> list[tuple[Member, Proposal]]:
         if self.exhausted:
             return []
+        self.proposed.update((m.source, schedule_key(m.schedule)) for m in members)
         contexts = [Context.of(env, m.source, m.details, self.attempts, m.error) for m in members]
         plan_replies = self._run([
             (lambda c=c: self._ask(plan_messages(c, self.n_plans, self.guide, **self._budget_kwargs()), "plan"))
@@ -91,6 +94,11 @@ class PlanThenCode:
                 continue
             own = read_schedule(source) or {}
             schedule = {**member.schedule, **{k: v for k, v in own.items() if k in member.schedule}}
+            key = (source, schedule_key(schedule))
+            if key in self.proposed:  # the same kernel again: not worth an evaluation
+                self._fail(plan, "the reply repeats an earlier candidate", reply.request_hash)
+                continue
+            self.proposed.add(key)
             out.append((member, Proposal(source, schedule, plan, reply.request_hash)))
         return out
 

@@ -7,8 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -20,6 +18,7 @@ from policies.llm_client import (BudgetExhausted, ChatClient, LLMError, ReplayCl
                                  read_transcript, replay_check)
 from policies.llm_prompt import (PROMPT_TOKEN_BUDGET, Attempt, Context, code_messages, estimate_tokens,
                                  load_guide, parse_plans, plan_messages, select_sections)
+from policies.scripted_server import ScriptedServer, rules_script
 
 SMALL = {"M": 1024, "K": 1024, "N": 2048}
 OLD = 'SCHEDULE = {"block_m": 512,'
@@ -31,54 +30,6 @@ BROKEN_REPLY = "Here:\n```python\nimport jax\n\ndef workload(a, b):\n    return 
 PLANS_REPLY = ("PLAN 1: tiling: 256-row blocks so more grid steps overlap.\n"
                "PLAN 2: grid_order: swap the grid axes.\n"
                "PLAN 3: fusion: fuse the cast into the kernel.\n")
-
-
-def chat_response(text: str, model: str = "scripted") -> dict:
-    return {"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": model,
-            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
-            "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}}
-
-
-class Scripted:
-    """A chat-completions server. ``script(body)`` returns the reply text, or (status, text,
-    headers) for an error; every request's path, headers and body are recorded."""
-
-    def __init__(self):
-        self.script = lambda body: ""
-        self.requests: list[dict] = []
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-                outer.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
-                if not self.path.endswith("/chat/completions"):
-                    self.send_error(404)
-                    return
-                out = outer.script(body)
-                status, headers = 200, {}
-                if isinstance(out, tuple):
-                    status, out, headers = out
-                data = (json.dumps(chat_response(out, body.get("model"))) if status == 200 else out).encode()
-                self.send_response(status)
-                for k, v in {"Content-Type": "application/json", "Content-Length": str(len(data)), **headers}.items():
-                    self.send_header(k, v)
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def reply(self, text: str) -> None:
-        self.script = lambda body: text
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def user_text(body: dict) -> str:
@@ -99,7 +50,7 @@ def plan_then_code(body: dict) -> str:
 
 @pytest.fixture(scope="module")
 def server():
-    s = Scripted()
+    s = ScriptedServer()
     yield s
     s.close()
 
@@ -124,6 +75,17 @@ def test_plans_are_parsed_or_the_reply_is_one_plan():
                                            "grid_order: swap the grid axes."]
     assert parse_plans("**PLAN 1**: a\nmore\n**PLAN 2**: b", 5) == ["a\nmore", "b"]
     assert parse_plans("just make it faster", 3) == ["just make it faster"]
+
+
+def test_rules_script_answers_by_the_first_match(server):
+    server.script = rules_script([{"when": "## Task: plan", "reply": "PLAN 1: tiling: x"},
+                                  {"when": "busy", "status": 503, "reply": "no"},
+                                  {"when": ".", "reply": "code"}])
+    client = ChatClient(server.url, "scripted", max_retries=0)
+    assert client.complete([{"role": "user", "content": "## Task: plan"}]).text == "PLAN 1: tiling: x"
+    assert client.complete([{"role": "user", "content": "anything"}]).text == "code"
+    with pytest.raises(LLMError, match="HTTP 503"):
+        client.complete([{"role": "user", "content": "busy"}])
 
 
 # --- transport ----------------------------------------------------------------------------------
