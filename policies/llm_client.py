@@ -46,7 +46,8 @@ class BudgetExhausted(LLMError):
 @dataclass
 class Reply:
     text: str
-    model: str
+    model: str  # the model asked for (part of the request's hash)
+    served_model: str | None  # the model the endpoint says answered
     prompt_tokens: int | None
     completion_tokens: int | None
     latency_s: float
@@ -119,7 +120,7 @@ class Transcript:
 
     def exchange(self, messages: list[dict], params: dict, reply: Reply, purpose: str) -> None:
         self._write({"type": "exchange", "hash": reply.request_hash, "purpose": purpose, "model": reply.model,
-                     "params": params, "messages": messages, "reply": reply.text,
+                     "served_model": reply.served_model, "params": params, "messages": messages, "reply": reply.text,
                      "prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens,
                      "latency_s": round(reply.latency_s, 4), "replayed": reply.replayed,
                      "versions": self.versions})
@@ -209,7 +210,7 @@ class ChatClient:
         except (KeyError, IndexError, TypeError, AttributeError):
             raise LLMError(f"{self.url} replied without choices[0].message: {str(data)[:300]}") from None
         usage = data.get("usage") or {}
-        reply = Reply(text, data.get("model") or self.model, usage.get("prompt_tokens"),
+        reply = Reply(text, self.model, data.get("model"), usage.get("prompt_tokens"),
                       usage.get("completion_tokens"), time.perf_counter() - t0, digest)
         self.budget.spend(reply)
         if self.transcript is not None:
@@ -229,11 +230,9 @@ class ReplayClient:
         self.recorded_versions = runs[0]["versions"] if runs else {}
         self.replies: dict[str, deque] = defaultdict(deque)
         self.scores: dict[str, list[dict]] = defaultdict(list)
-        models = []
         for r in records:
             if r.get("type") == "exchange":
                 self.replies[r["hash"]].append(r)
-                models.append(r.get("model"))
             elif r.get("type") == "score":
                 self.scores[r["hash"]].append(r)
         self.model = model or next((r["model"] for r in records if r.get("type") == "exchange"
@@ -264,8 +263,8 @@ class ReplayClient:
                 raise LLMError(f"replay {self.path.name}: no recorded reply for this request "
                                "(the prompt differs from the recorded run's)")
         self.budget.reserve()
-        reply = Reply(record["reply"], record.get("model") or self.model, record.get("prompt_tokens"),
-                      record.get("completion_tokens"), 0.0, digest, replayed=True)
+        reply = Reply(record["reply"], record.get("model") or self.model, record.get("served_model"),
+                      record.get("prompt_tokens"), record.get("completion_tokens"), 0.0, digest, replayed=True)
         self.budget.spend(reply)
         if self.transcript is not None:
             self.transcript.exchange(messages, params, reply, purpose)

@@ -274,6 +274,17 @@ def test_plan_then_code_beam_records_and_replays(make_env, server, tmp_path):
     assert check == {"same": 3, "differ": [], "missing": []} and client.versions_differ == {}
 
 
+def test_replay_matches_the_model_asked_for_not_the_one_that_answered(server, tmp_path):
+    server.script = lambda body: "fine"
+    path = tmp_path / "t.jsonl"
+    asked = [{"role": "user", "content": "hi"}]
+    ChatClient(server.url, "alias", transcript=Transcript(path)).complete(asked)
+    lines = (tmp_path / "t.jsonl").read_text()
+    (tmp_path / "t.jsonl").write_text(lines.replace('"served_model": "alias"', '"served_model": "alias-2026-01"'))
+    reply = ReplayClient(path).complete(asked)
+    assert reply.text == "fine" and reply.served_model == "alias-2026-01" and reply.model == "alias"
+
+
 def test_replay_of_an_unrecorded_request_fails_clearly(tmp_path):
     path = tmp_path / "empty.jsonl"
     Transcript(path)
