@@ -19,6 +19,8 @@ over 40 minutes on two busy cores. ``--budget-minutes`` starts no compile after 
 
     python benchmarks/rpa_tuned_blocks.py [--shapes 20] [--seed 0] [--max-pairs N]
                                           [--budget-minutes M] [--json PATH]
+
+With ``--json PATH`` a run cut short by its budget continues where it stopped when run again.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 
 from jaxbench_env.aot import prepare_process
 
@@ -42,18 +45,27 @@ def main() -> int:
                         help="pairs per shape at most: the tuned pair and its nearest neighbours (default: all)")
     parser.add_argument("--budget-minutes", type=float, default=None,
                         help="start no compile after this many minutes (a shape cut short is not scored; listed)")
-    parser.add_argument("--json", metavar="PATH", help="save the results as JSON (rewritten after every shape)")
+    parser.add_argument("--json", metavar="PATH",
+                        help="save the results as JSON (rewritten after every shape); a run with the same "
+                             "PATH, seed and simulator resumes: pairs already priced there are not compiled again")
     args = parser.parse_args()
+    state = {"simulator": validation.simulator_state(), "batch": validation.rpa_batch.__doc__, "seed": args.seed}
+    pairs: dict = {}
+    if args.json and Path(args.json).is_file():
+        saved = json.loads(Path(args.json).read_text())
+        if all(saved.get(k) == v for k, v in state.items()):
+            pairs = saved.get("pairs", {})
+            print(f"# resuming {args.json}: {len(pairs)} pairs already priced", flush=True)
 
     def save(summary):
         if args.json:
             with open(args.json, "w") as f:
-                json.dump({"args": vars(args), "batch": validation.rpa_batch.__doc__, **summary}, f, indent=1)
+                json.dump({"args": vars(args), **state, **summary, "pairs": pairs}, f, indent=1)
 
     t0 = time.perf_counter()
     budget = args.budget_minutes * 60 if args.budget_minutes is not None else None
     summary = validation.run_rpa(args.shapes, args.seed, args.max_pairs, progress=True, budget_s=budget,
-                                 on_shape=save)
+                                 on_shape=save, pair_cache=pairs)
     print(validation.rpa_markdown(summary))
     print()
     print(validation.rpa_headline(summary)

@@ -15,11 +15,14 @@ config, backend), before any candidate of it runs, and cached like any result.
 
 from __future__ import annotations
 
+import functools
 import glob
+import hashlib
 import importlib.metadata
 import math
 import os
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import workloads
@@ -33,7 +36,8 @@ BACKENDS = ("auto", "sim", "tpu")
 TIMING_SOURCE = {"sim": "v6e-sim", "tpu": "v6e-measured"}
 # 2: correct may be None (compile-only experts); 3: sim features; 4: judged artifacts; 5: the physical floor;
 # 6: wider float outputs accepted, a grid axis without a step at the check size climbs the ladder;
-# 7: references made JAXBench's programs op for op, JAXBench's signatures adapted
+# 7: references made JAXBench's programs op for op, JAXBench's signatures adapted. Code changes
+# need no bump: the key holds a digest of the code (``code_digest``).
 CACHE_VERSION = 7
 BUILD_JOB = "jaxbench_env.candidate_process:build_artifacts"
 MAX_CANDIDATE_ERROR_CHARS = 4000
@@ -62,7 +66,25 @@ def _versions() -> dict:
             out[pkg] = importlib.metadata.version(pkg)
         except importlib.metadata.PackageNotFoundError:
             out[pkg] = None
+    out["code"] = code_digest()
     return out
+
+
+def source_digest(*packages: Path) -> str:
+    """A digest of the ``.py`` files under ``packages`` (names and contents)."""
+    h = hashlib.sha256()
+    for package in packages:
+        for path in sorted(Path(package).rglob("*.py")):
+            h.update(path.relative_to(Path(package).parent).as_posix().encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=1)
+def code_digest() -> str:
+    """The digest of the code that builds, judges and prices a candidate (this package, the
+    workloads with their references, inputs, adapters, templates and experts): a result
+    cached under other code is never reused, whether or not anyone bumped CACHE_VERSION."""
+    return source_digest(Path(__file__).resolve().parent, Path(workloads.__file__).resolve().parent)
 
 
 class CandidateFailed(RuntimeError):

@@ -466,9 +466,10 @@ class RpaResult:
 
 def run_rpa(n_shapes: int = 20, seed: int = 0, max_pairs: int | None = None, progress: bool = True,
             shapes: list[RpaShape] | None = None, budget_s: float | None = None,
-            on_shape: Callable[[dict], None] | None = None) -> dict:
+            on_shape: Callable[[dict], None] | None = None, pair_cache: dict | None = None) -> dict:
     """Sweep the legal pairs of ``n_shapes`` sampled shapes; returns per-shape results and the
-    headline. Compiles are cached per (shape, pair) within the call. ``budget_s``: no compile
+    headline. Priced pairs are kept in ``pair_cache`` ("label|kv|q" -> result; pass a saved one
+    to resume a sweep made by the same simulator and batch). ``budget_s``: no compile
     starts once that many seconds have passed; a shape whose sweep is cut short is not
     scored (it would rank the tuned pair among fewer pairs) and is listed with the shapes not
     run.
@@ -476,7 +477,7 @@ def run_rpa(n_shapes: int = 20, seed: int = 0, max_pairs: int | None = None, pro
     from jaxbench_env.judge import compile_error
 
     shapes = sample_rpa_shapes(n_shapes, seed) if shapes is None else shapes
-    cache: dict = {}
+    cache = {} if pair_cache is None else pair_cache
     results, t_start, n_compiles = [], time.perf_counter(), 0
     not_run: list = []
 
@@ -496,7 +497,7 @@ def run_rpa(n_shapes: int = 20, seed: int = 0, max_pairs: int | None = None, pro
         for kv, q in pairs:
             if spent():
                 break
-            key = (shape, kv, q)
+            key = f"{shape.label}|{kv}|{q}"
             if key not in cache:
                 t0 = time.perf_counter()
                 try:

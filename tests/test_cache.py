@@ -40,6 +40,21 @@ def test_key_depends_on_source_and_schedule():
     assert content_key(c=a.key()) == content_key(c=Candidate(a.source, {"block": 128}).key())
 
 
+def test_results_are_keyed_by_the_code_that_judged_them(tmp_path):
+    # An edit to a workload's reference, inputs or adapter (or to the judge) must not be
+    # answered from results cached before it: the key holds a digest of that code.
+    from jaxbench_env import evaluation
+
+    pkg = tmp_path / "workloads"
+    pkg.mkdir()
+    (pkg / "gemm.py").write_text("def reference(a, b):\n    return a @ b\n")
+    before = evaluation.source_digest(pkg)
+    assert evaluation.source_digest(pkg) == before  # stable
+    (pkg / "gemm.py").write_text("def reference(a, b):\n    return (a @ b) * 2\n")
+    assert evaluation.source_digest(pkg) != before
+    assert evaluation._versions()["code"] == evaluation.code_digest() != before
+
+
 def test_entries_written_without_the_secret_are_misses(tmp_path):
     cache = ResultCache(tmp_path)
     key = content_key(i=1)
