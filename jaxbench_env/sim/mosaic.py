@@ -56,6 +56,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .pallas import resolve_grid
+
 if TYPE_CHECKING:
     from .pallas import KernelFeatures
 
@@ -2022,17 +2024,10 @@ def step_bundles(kernel: Kernel, profile, grid: tuple, counts: ControlCounts) ->
 
 
 def grid_values(kernel: Kernel, bounds: list | None) -> tuple[tuple, int | None]:
-    """The kernel's grid. An axis sized at run time takes its value from ``bounds`` (the
-    concrete dynamic grid-bound operands, in order) where given, else an upper bound: the
-    longest 1-D scalar-prefetch table (a schedule table has an entry per grid step, as in
-    megablox's). Returns (grid, the upper bound used or None), as ``pallas.static_grid``."""
-    if not kernel.num_dynamic_bounds:
-        return tuple(kernel.iteration_bounds), None
-    if bounds is not None:
-        values = iter(int(np.asarray(b).reshape(-1)[0]) for b in bounds)
-        return tuple(g if g is not None else max(next(values), 1) for g in kernel.iteration_bounds), None
-    bound = max((shape[0] for shape, _ in kernel.prefetch if len(shape) == 1), default=1)
-    return tuple(g if g is not None else bound for g in kernel.iteration_bounds), bound
+    """The grid of a Mosaic kernel (``pallas.resolve_grid``; ``bounds``: the concrete dynamic
+    grid-bound operands, in order)."""
+    return resolve_grid(kernel.iteration_bounds, bounds if kernel.num_dynamic_bounds else None,
+                        [shape for shape, _ in kernel.prefetch])
 
 
 MAX_GRID_STEPS = 1 << 22  # a grid with more steps is not simulated (each step costs ~0.35 us anyway)

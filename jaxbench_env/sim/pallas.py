@@ -259,21 +259,27 @@ def _block_indices(bm, points: np.ndarray, tables: list | None) -> np.ndarray | 
         else np.zeros((points.shape[0], 0), np.int64)
 
 
-def static_grid(eqn, dynamic_bounds: list | None = None) -> tuple[tuple[int, ...], int | None]:
-    """The kernel's grid. A data-dependent axis takes its value on concrete inputs
-    (``dynamic_bounds``) where known, else an upper bound: the longest 1-D scalar-prefetch
-    table (a schedule table has an entry per grid step, as in megablox's). Returns (grid,
-    the upper bound used or None)."""
-    gm = eqn.params["grid_mapping"]
-    if not gm.num_dynamic_grid_bounds:
-        return tuple(int(g) for g in gm.grid), None
+def resolve_grid(axes, dynamic_bounds: list | None, table_shapes) -> tuple[tuple[int, ...], int | None]:
+    """A grid whose ``axes`` are ints or None (sized at run time). A run-time axis takes its
+    value on concrete inputs (``dynamic_bounds``, in order) where known, else an upper bound:
+    the longest 1-D scalar-prefetch table (``table_shapes``; a schedule table has an entry per
+    grid step, as in megablox's). Returns (grid, the upper bound used or None)."""
+    if all(a is not None for a in axes):
+        return tuple(int(a) for a in axes), None
     if dynamic_bounds is not None:
-        values = iter(int(np.asarray(b)) for b in dynamic_bounds)
-        return tuple(g if isinstance(g, int) else max(next(values), 1) for g in gm.grid), None
+        values = iter(int(np.asarray(b).reshape(-1)[0]) for b in dynamic_bounds)
+        return tuple(int(a) if a is not None else max(next(values), 1) for a in axes), None
+    bound = max((shape[0] for shape in table_shapes if len(shape) == 1), default=1)
+    return tuple(int(a) if a is not None else bound for a in axes), bound
+
+
+def static_grid(eqn, dynamic_bounds: list | None = None) -> tuple[tuple[int, ...], int | None]:
+    """The grid of a ``pallas_call`` equation (``resolve_grid``)."""
+    gm = eqn.params["grid_mapping"]
     first = gm.num_dynamic_grid_bounds
-    tables = eqn.invars[first:first + gm.num_index_operands]
-    bound = max((v.aval.shape[0] for v in tables if len(v.aval.shape) == 1), default=1)
-    return tuple(g if isinstance(g, int) else bound for g in gm.grid), bound
+    tables = [v.aval.shape for v in eqn.invars[first:first + gm.num_index_operands]]
+    return resolve_grid([g if isinstance(g, int) else None for g in gm.grid],
+                        dynamic_bounds if first else None, tables)
 
 
 _CALLS = {"jit", "pjit", "closed_call", "core_call", "custom_vjp_call", "custom_jvp_call"}
