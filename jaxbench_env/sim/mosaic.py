@@ -997,7 +997,10 @@ def _unsigned(x, width: int):
     return x if width >= 64 else x & ((1 << width) - 1)
 
 
+# arith.cmpi predicates: 0 eq, 1 ne, 2-5 signed lt/le/gt/ge, 6-9 the same unsigned.
 _CMPI = {0: np.equal, 1: np.not_equal, 2: np.less, 3: np.less_equal, 4: np.greater, 5: np.greater_equal}
+_AS_SIGNED = {6: 2, 7: 3, 8: 4, 9: 5}  # an unsigned comparison, where both sides are read unsigned
+_OPERANDS_SWAPPED = {2: 4, 3: 5, 4: 2, 5: 3, 6: 8, 7: 9, 8: 6, 9: 7}  # a < b  <=>  b > a
 
 
 def _divide(a, b, kind: str):
@@ -1049,9 +1052,9 @@ def _scalar_op(name: str, args: list, attrs: dict, w: int, in_widths: tuple):
         a, b = args
         if pred in _CMPI:
             out = _CMPI[pred](a, b)
-        elif pred in (6, 7, 8, 9):
+        elif pred in _AS_SIGNED:
             a, b = _unsigned(a, in_widths[0]), _unsigned(b, in_widths[0])
-            out = _CMPI[pred - 4](a, b)
+            out = _CMPI[_AS_SIGNED[pred]](a, b)
         else:
             return None
         out = np.asarray(out, np.int64)
@@ -1172,10 +1175,10 @@ def _norm(lo, hi, w: int) -> tuple:
 def _cmp_interval(pred: int, a: tuple, b: tuple):
     """(lo, hi) of a comparison of two intervals: 1 where certainly true, 0 where certainly
     false, [0, 1] where it depends on values inside them."""
-    if pred in (6, 7, 8, 9):  # unsigned: as signed where both sides are non-negative
+    if pred in _AS_SIGNED:  # unsigned: as signed where both sides are non-negative
         if np.any(a[0] < 0) or np.any(b[0] < 0):
             return None
-        pred -= 4
+        pred = _AS_SIGNED[pred]
     (alo, ahi), (blo, bhi) = a, b
     if pred == 0 or pred == 1:  # eq, ne
         true = (alo == ahi) & (blo == bhi) & (alo == blo)
@@ -1730,7 +1733,7 @@ class _Evaluator:
             a, b = (strip(x) for x in o.operands)
             if b in before.args and a not in before.args:
                 a, b = b, a
-                pred = {2: 4, 3: 5, 4: 2, 5: 3, 6: 8, 7: 9, 8: 6, 9: 7}.get(pred)
+                pred = _OPERANDS_SWAPPED.get(pred)
             if a not in before.args or b in inside and not (b in defs and defs[b].name == "arith.constant"):
                 return None
             k = before.args.index(a)
@@ -1742,10 +1745,10 @@ class _Evaluator:
             else:
                 limit = self._value(env, b)
             start = inits[k] if isinstance(inits[k], tuple) else _full(32)
-            if pred in (6, 7, 8, 9):  # unsigned: as signed only where both sides are non-negative
+            if pred in _AS_SIGNED:  # unsigned: as signed only where both sides are non-negative
                 if np.any(np.asarray(limit[0]) < 0) or np.any(np.asarray(start[0]) < 0):
                     return None
-                pred -= 4
+                pred = _AS_SIGNED[pred]
             if step > 0 and pred in (2, 3):  # x < limit, x <= limit
                 return np.maximum(0, -((start[0] - limit[1] - (pred == 3)) // step))
             if step < 0 and pred in (4, 5):  # x > limit, x >= limit
