@@ -207,7 +207,7 @@ class Evaluator:
         answer = self.worker.call({
             **request, "op": "judge", "artifacts": built.blobs, "rung": rung,
             "interpret_error": str(manifest.get("interpret_error") or "")[:MAX_CANDIDATE_ERROR_CHARS],
-            "compile_only": compile_only,
+            "compile_only": compile_only, "trusted_expert": expert_unchecked,
             "unchecked_because": "not checked: timing only" if compile_only and not expert_unchecked else None},
             on_stage=self.on_stage)
         answer["details"]["stage_s"] = {**stage_s, **answer["details"].get("stage_s", {})}

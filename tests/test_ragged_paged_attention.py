@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from harness import AtCheckSize, assert_template_correct, compile_full_size, schedule_id
+from harness import AtCheckSize, assert_template_correct, schedule_id
 from jaxbench_env import candidate_process, judge
 from workloads import WORKLOADS
 from workloads.ragged_paged_attention import RaggedPagedAttention, scenario
@@ -180,8 +180,19 @@ def test_interpreter_still_cannot_run_the_expert():
 
 
 @pytest.mark.slow
-def test_expert_compiles_for_v6e_at_full_size():
-    compile_full_size(W, W.expert_source(), {})
+def test_expert_is_priced_unchecked_and_only_byte_for_byte(evaluators):
+    # jax's kernel picks constants by comparing sizes, so no check size traces to its
+    # full-size program; nothing of it runs at the check size, so our own expert file is
+    # compiled and priced (correct None). The same kernel in any other file is judged like
+    # every candidate, and that size-chosen constant rejects it.
+    from jaxbench_env.candidate import Candidate
+
+    ev = evaluators("ragged_paged_attention")
+    expert = ev.expert()
+    assert expert.compiled and expert.correct is None and expert.time_ms > 0, expert.error
+    assert "check-size program differs" in " ".join(expert.details.get("check_caveats", []))
+    edited = ev.evaluate(Candidate(W.expert_source() + "\n# edited\n", {}))
+    assert edited.correct is False and "one program" in edited.error
 
 
 LLAMA_8B_GROUPS = {"num_q_heads": 32, "num_kv_heads": 8, "max_num_batched_tokens": 512, "max_num_seqs": 16,
