@@ -374,3 +374,18 @@ def test_a_conditional_is_priced_at_both_branches_and_said(tmp_path):
     assert branched.details["sim"]["bounds"] == ["upper bound: every branch of a conditional"]
     assert branched.trusted_timing is False and honest.trusted_timing is True
     assert branched.time_ms > 1.5 * honest.time_ms  # both dots charged
+
+
+def test_the_judge_checks_with_deterministic_cpu_math(env):
+    # Multi-threaded Eigen can sum a contraction in a thread-timing-dependent order; the judge
+    # (the worker process that runs the check) has it off, so a check gives one answer.
+    from jaxbench_env.worker import deterministic_xla_flags
+
+    assert deterministic_xla_flags(None) == "--xla_cpu_multi_thread_eigen=false"
+    assert deterministic_xla_flags("--xla_dump_to=/x") == "--xla_dump_to=/x --xla_cpu_multi_thread_eigen=false"
+    assert deterministic_xla_flags("--xla_cpu_multi_thread_eigen=true") == "--xla_cpu_multi_thread_eigen=true"
+    worker = env.unwrapped.evaluator.worker
+    assert worker._proc is not None and worker._proc.poll() is None
+    environ = Path(f"/proc/{worker._proc.pid}/environ").read_bytes().split(b"\0")
+    flags = next(v for v in environ if v.startswith(b"XLA_FLAGS="))
+    assert b"--xla_cpu_multi_thread_eigen=false" in flags
