@@ -59,7 +59,8 @@ def resolve_backend(backend: str) -> str:
     return backend
 
 
-def _versions() -> dict:
+def package_versions() -> dict:
+    """The versions a result depends on: jax, jaxlib, libtpu, this package and its code."""
     out = {}
     for pkg in ("jax", "jaxlib", "libtpu", "jaxbench-gym"):
         try:
@@ -142,7 +143,7 @@ class Evaluator:
         self.worker = Worker(self.backend, timeout_s=timeout_s, memory_bytes=memory_bytes)
         self.sandbox = Sandbox(timeout_s=timeout_s, memory_bytes=memory_bytes, hidden_paths=(str(self.cache.root),))
         # Measured times depend on the chip: key them by its type where the TPU VM names it.
-        self._versions = {**_versions(), "tpu_type": os.environ.get("TPU_ACCELERATOR_TYPE") if self.backend == "tpu" else None,
+        self._versions = {**package_versions(), "tpu_type": os.environ.get("TPU_ACCELERATOR_TYPE") if self.backend == "tpu" else None,
                           "sim": f"{sim.FEATURES_VERSION}/{sim.calibration().version}" if self.backend == "sim" else None}
         self._baseline: EvalResult | None = None
         # Told the name of each stage as an uncached evaluation starts it ("build" in the

@@ -63,14 +63,16 @@ class LLMPolicy(Policy):
         if result is None:
             return
         self.attempts.append(Attempt.of(plan, result))
-        transcript = getattr(self.client, "transcript", None)
-        if transcript is not None and request is not None:
-            transcript.score(request, result)
+        self.client.score(request, result)
 
     def _action(self, u, text: str):
         if u.action_mode == "both":
             return {"schedule": u.schedule_space.encode(u.schedule), "source": text}
         return text
+
+    def _best(self, u):
+        """The best kernel again (a cache hit), for a step whose reply gave no candidate."""
+        return self._action(u, u.best[0] if u.best is not None else u.source)
 
     def act(self, env):
         u = env.unwrapped
@@ -90,15 +92,13 @@ class LLMPolicy(Policy):
             reply = self.client.complete(messages, purpose="code", **self.params)
         except LLMError as e:
             self.last_error = f"request failed: {e}"
-            best = u.best[0] if u.best is not None else u.source
-            return self._action(u, best)
+            return self._best(u)
         self.last_reply = reply.text
         try:
             text = extract_code(reply.text)
         except NoCode as e:
             self.last_error = str(e)
             self.attempts.append(Attempt(plan or "code", False, None, None, str(e)))
-            best = u.best[0] if u.best is not None else u.source
-            return self._action(u, best)
+            return self._best(u)
         self.awaiting = (plan or "code", reply.request_hash)
         return self._action(u, text)

@@ -21,7 +21,8 @@ from policies.base import schedule_key
 from policies.beam import BeamPolicy, Member, Proposal
 from policies.llm import NoCode, extract_code
 from policies.llm_client import BudgetExhausted, LLMError
-from policies.llm_prompt import Attempt, Context, code_messages, load_guide, parse_plans, plan_messages
+from policies.llm_prompt import (PROMPT_TOKEN_BUDGET, Attempt, Context, code_messages, load_guide, parse_plans,
+                                 plan_messages)
 
 
 class PlanThenCode:
@@ -32,7 +33,7 @@ class PlanThenCode:
         self.client, self.n_plans, self.concurrency = client, n_plans, max(1, concurrency)
         self.params = {"temperature": temperature, "max_tokens": max_tokens}
         self.guide = load_guide() if guide is None else guide
-        self.budget_tokens = budget_tokens
+        self.budget_tokens = PROMPT_TOKEN_BUDGET if budget_tokens is None else budget_tokens
         self.reset()
 
     def reset(self) -> None:
@@ -47,12 +48,7 @@ class PlanThenCode:
     def _fail(self, plan: str, error: str, request: str | None) -> None:
         self.failures.append({"plan": plan, "error": error, "request": request})
         self.attempts.append(Attempt(plan, False, None, None, error))
-        transcript = getattr(self.client, "transcript", None)
-        if transcript is not None and request is not None:
-            transcript.score(request, {"correct": False, "compiled": False, "error": error})
-
-    def _budget_kwargs(self) -> dict:
-        return {} if self.budget_tokens is None else {"budget_tokens": self.budget_tokens}
+        self.client.score(request, {"correct": False, "compiled": False, "error": error})
 
     def _run(self, jobs):
         """Run ``jobs`` (callables) ``concurrency`` at a time; their results, or the exception raised."""
@@ -70,7 +66,7 @@ class PlanThenCode:
         self.proposed.update((m.source, schedule_key(m.schedule)) for m in members)
         contexts = [Context.of(env, m.source, m.details, self.attempts, m.error) for m in members]
         plan_replies = self._run([
-            (lambda c=c: self._ask(plan_messages(c, self.n_plans, self.guide, **self._budget_kwargs()), "plan"))
+            (lambda c=c: self._ask(plan_messages(c, self.n_plans, self.guide, self.budget_tokens), "plan"))
             for c in contexts])
         jobs, owners = [], []
         for member, ctx, reply in zip(members, contexts, plan_replies):
@@ -78,8 +74,8 @@ class PlanThenCode:
                 self._note_error(reply, "plan request")
                 continue
             for plan in parse_plans(reply.text, self.n_plans):
-                jobs.append(lambda c=ctx, p=plan: (p, self._ask(code_messages(c, p, self.guide,
-                                                                              **self._budget_kwargs()), "code")))
+                jobs.append(lambda c=ctx, p=plan: (p, self._ask(code_messages(c, p, self.guide, self.budget_tokens),
+                                                                "code")))
                 owners.append(member)
         out = []
         for member, result in zip(owners, self._run(jobs)):
@@ -109,9 +105,7 @@ class PlanThenCode:
 
     def observe(self, proposal: Proposal, result) -> None:
         self.attempts.append(Attempt.of(proposal.summary, result))
-        transcript = getattr(self.client, "transcript", None)
-        if transcript is not None and proposal.request is not None:
-            transcript.score(proposal.request, result)
+        self.client.score(proposal.request, result)
 
 
 def make_llm_beam(client, beam_width: int = 2, n_plans: int = 2, depth: int | None = None,

@@ -62,15 +62,11 @@ def request_hash(model: str, messages: list[dict], params: dict) -> str:
 
 
 def versions() -> dict:
-    """The versions that score a reply's candidate: a replay under others may score differently."""
-    from importlib import metadata
+    """The versions that score a reply's candidate (the evaluator's, and the simulator's
+    calibration): a replay under others may score differently."""
+    from jaxbench_env.evaluation import package_versions
 
-    out = {}
-    for dist in ("jax", "jaxlib", "libtpu", "jaxbench-gym"):
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            out[dist] = None
+    out = package_versions()
     try:
         from jaxbench_env.sim import calibration
 
@@ -143,7 +139,18 @@ def read_transcript(path) -> list[dict]:
     return out
 
 
-class ChatClient:
+class _Recorded:
+    """What both clients share: the transcript a candidate's score goes to."""
+
+    transcript: Transcript | None = None
+
+    def score(self, request: str | None, result) -> None:
+        """Record the score of the candidate built from ``request``'s reply (if recording)."""
+        if self.transcript is not None and request is not None:
+            self.transcript.score(request, result)
+
+
+class ChatClient(_Recorded):
     """An OpenAI-compatible chat endpoint with retries, a budget and an optional transcript."""
 
     def __init__(self, base_url: str | None = None, model: str | None = None, api_key: str | None = None,
@@ -218,7 +225,7 @@ class ChatClient:
         return reply
 
 
-class ReplayClient:
+class ReplayClient(_Recorded):
     """Answers requests from a recorded transcript (no endpoint). A request that was never
     recorded raises ``LLMError``; ``versions_differ`` says whether the run that recorded it
     had other versions of jax, libtpu or the calibration (its scores may then differ)."""
@@ -235,8 +242,9 @@ class ReplayClient:
                 self.replies[r["hash"]].append(r)
             elif r.get("type") == "score":
                 self.scores[r["hash"]].append(r)
-        self.model = model or next((r["model"] for r in records if r.get("type") == "exchange"
-                                    and r.get("model")), "default")
+        recorded = [r["model"] for r in records if r.get("type") == "exchange" and r.get("model")]
+        self.model = model or next(iter(recorded), "default")
+        self._models = list(dict.fromkeys([self.model, *recorded]))  # the hashes a request may have
         self.transcript, self.budget = transcript, budget or Budget()
         self._lock = threading.Lock()
         self.path = Path(path)
@@ -254,7 +262,7 @@ class ReplayClient:
         params = {k: v for k, v in params.items() if v is not None}
         digest = None
         with self._lock:
-            for model in dict.fromkeys([self.model, *{r[0]["model"] for r in self.replies.values() if r}]):
+            for model in self._models:
                 h = request_hash(model, messages, params)
                 if self.replies.get(h):
                     digest, record = h, self.replies[h].popleft()

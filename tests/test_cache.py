@@ -52,7 +52,7 @@ def test_results_are_keyed_by_the_code_that_judged_them(tmp_path):
     assert evaluation.source_digest(pkg) == before  # stable
     (pkg / "gemm.py").write_text("def reference(a, b):\n    return (a @ b) * 2\n")
     assert evaluation.source_digest(pkg) != before
-    assert evaluation._versions()["code"] == evaluation.code_digest() != before
+    assert evaluation.package_versions()["code"] == evaluation.code_digest() != before
 
 
 def test_entries_written_without_the_secret_are_misses(tmp_path):
