@@ -16,7 +16,7 @@ preload function once (import jax, load the v6e topology) and then, per job, for
   (``setsid``, double-forked, ...) dies with it. It mounts its own ``/proc``, starts a new
   session, closes every inherited descriptor (stdin is ``/dev/null``, stdout and stderr are
   a pipe the supervisor drains, keeping the head and the tail), sets rlimits (core 0, file
-  size, open files, processes, data segment), drops to uid/gid 65534 with an empty
+  size, open files, processes, data segment), drops to a uid of its own (gid 65534) with an empty
   capability bounding set (in a user namespace: every capability, with the root securebits
   locked), sets ``no_new_privs`` and calls ``module:function`` with the request. It writes
   the result as files: ``result.json`` (the manifest and the blob index) and ``blobs.bin``
@@ -67,6 +67,10 @@ DEFAULT_MEMORY_BYTES = 16 * 2**30
 DEFAULT_DISK_BYTES = 512 * 2**20  # the job's /tmp, and the largest file it may write
 DEFAULT_PRELOAD = "jaxbench_env.candidate_process:preload"
 UNPRIVILEGED_ID = 65534  # nobody / nogroup
+# With uid=None each job runs as JOB_UID_BASE + its supervisor's pid (unique among live
+# processes): RLIMIT_NPROC counts per uid, so a fork bomb in one job cannot leave a job
+# running beside it (another worker's, another sandbox's) unable to start a thread.
+JOB_UID_BASE = 1 << 30
 MAX_FRAME_BYTES = 256 * 2**20
 MAX_RESULT_JSON_BYTES = 16 * 2**20
 MAX_STATUS_BYTES = 1 * 2**20
@@ -588,6 +592,11 @@ def _copy_out(src_dir: str, dst_fd: int, name: str, cap: int) -> str | None:
     return None
 
 
+def _with_job_uid(cfg: dict) -> dict:
+    """In a supervisor: the config with the uid its job runs as."""
+    return cfg if cfg["uid"] is not None else dict(cfg, uid=JOB_UID_BASE + os.getpid())
+
+
 def _supervise(fn, msg: dict, cfg: dict, want: dict) -> None:
     """The forked supervisor of one job; never returns."""
     status: dict[str, Any] = {"exit_code": None, "signal": None, "killed_for": None, "setup_error": None,
@@ -595,6 +604,7 @@ def _supervise(fn, msg: dict, cfg: dict, want: dict) -> None:
     dirfd, pid, got = -1, 0, {}
     t0 = time.monotonic()
     try:
+        cfg = _with_job_uid(cfg)
         dirfd = os.open(msg["dir"], os.O_RDONLY | os.O_DIRECTORY)
         workfd = os.open("work", os.O_RDONLY | os.O_DIRECTORY, dir_fd=dirfd)
         got = _enter_namespaces(cfg, want, strict=True)
@@ -795,6 +805,7 @@ def _probe(cfg: dict) -> dict:
     if pid == 0:
         try:
             os.close(r)
+            cfg = _with_job_uid(cfg)
             got = _enter_namespaces(cfg, want, strict=False)
             r2, w2 = os.pipe()
             job = os.fork()
@@ -947,7 +958,8 @@ class Sandbox:
     ``hidden_paths``: an empty directory (``/dev/null`` for a file) in the job's view;
     ``disk_bytes``: the job's private ``/tmp`` and its largest file; ``processes``,
     ``open_files``: its RLIMIT_NPROC (per uid, threads included) and RLIMIT_NOFILE;
-    ``uid``/``gid``: what the job runs as when the sandbox is root; ``user_namespace``:
+    ``uid``/``gid``: what the job runs as when the sandbox is root (``uid=None``: a uid of
+    its own per job, see ``JOB_UID_BASE``); ``user_namespace``:
     None (when not root), True or False; ``disable``: protections not to use (tests of the
     degraded mode).
 
@@ -958,7 +970,7 @@ class Sandbox:
     def __init__(self, timeout_s: float = DEFAULT_TIMEOUT_S, memory_bytes: int = DEFAULT_MEMORY_BYTES,
                  readonly_paths=(), preload: str | None = DEFAULT_PRELOAD, *, hidden_paths=(),
                  disk_bytes: int = DEFAULT_DISK_BYTES, processes: int = 256, open_files: int = 1024,
-                 uid: int = UNPRIVILEGED_ID, gid: int = UNPRIVILEGED_ID, user_namespace: bool | None = None,
+                 uid: int | None = None, gid: int = UNPRIVILEGED_ID, user_namespace: bool | None = None,
                  disable=()):
         self.timeout_s = float(timeout_s)
         self.memory_bytes = int(memory_bytes)
@@ -968,7 +980,7 @@ class Sandbox:
         self.disk_bytes = int(disk_bytes)
         self.processes = int(processes)
         self.open_files = int(open_files)
-        self.uid, self.gid = int(uid), int(gid)
+        self.uid, self.gid = (None if uid is None else int(uid)), int(gid)
         self.user_namespace = user_namespace
         self.disable = tuple(disable)
         self.protections: dict[str, Any] = {}

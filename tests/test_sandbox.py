@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from jaxbench_env.sandbox import Sandbox
+from jaxbench_env.sandbox import JOB_UID_BASE, Sandbox
 
 JOB = "tests.test_sandbox:exec_job"
 PROJECT = Path(__file__).resolve().parent.parent
@@ -146,7 +146,7 @@ def test_honest_job_round_trip(sandbox):
     assert "to stdout" in r.stderr_tail and "to stderr" in r.stderr_tail
     assert r.manifest["fds"][:3] == [0, 1, 2] and len(r.manifest["fds"]) <= 4  # + the listing's own
     if os.geteuid() == 0 and sandbox.protections.get("unprivileged") is True:
-        assert r.manifest["uid"] == 65534 and r.manifest["caps"] == [0, 0, 0, 1]
+        assert r.manifest["uid"] >= JOB_UID_BASE and r.manifest["caps"] == [0, 0, 0, 1]
     if sandbox.protections.get("pid_namespace") is True:
         assert r.manifest["pid"] == 1
     assert 0 < r.wall_s < 10
@@ -477,6 +477,40 @@ def test_fork_bomb_is_bounded(sandbox):
     assert r.manifest is None and r.error == "timed out after 3 s"
     assert processes_with(marker) == []
     assert_healthy(sandbox)
+
+
+def test_a_fork_bomb_leaves_a_neighbouring_job_its_threads(sandbox):
+    """RLIMIT_NPROC counts per uid: jobs of one uid would share the bomb's exhausted count."""
+    require(sandbox, "pid_namespace", "rlimits", "unprivileged")
+    marker = f"{secrets.randbelow(10**6)}.{secrets.randbelow(10**6) + 4}"
+    bomb = threading.Thread(target=run, args=(sandbox, """
+        import os, time
+        while True:
+            try:
+                if os.fork() == 0:
+                    os.execvp("sleep", ["sleep", request["marker"]])
+            except OSError:
+                time.sleep(0.01)
+    """, 6), kwargs={"marker": marker})
+    bomb.start()
+    deadline = time.monotonic() + 5
+    while len(processes_with(marker)) < 200 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    neighbour = Sandbox(timeout_s=20, preload=None)
+    try:
+        r = run(neighbour, """
+            import os, threading
+            ts = [threading.Thread(target=lambda: None) for _ in range(64)]
+            for t in ts: t.start()
+            for t in ts: t.join()
+            manifest["uid"] = os.getuid()
+        """)
+    finally:
+        bomb.join()
+        neighbour.close()
+    assert len(processes_with(marker)) == 0
+    assert r.error is None, r.error
+    assert r.manifest["uid"] >= JOB_UID_BASE
 
 
 @pytest.mark.parametrize("garbage", [
