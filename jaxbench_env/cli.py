@@ -331,6 +331,7 @@ def suite_configs(text: str | None, names: list[str]) -> dict:
 
 def cmd_bench(args) -> int:
     from jaxbench_env import suite
+    from policies import POLICY_ACTION_MODE
 
     try:
         names = suite.select(args.workloads)
@@ -342,12 +343,14 @@ def cmd_bench(args) -> int:
         raise UsageError("bench reports the experts beside every policy: choose a search policy")
     if args.workers is not None and args.workers < 1:
         raise UsageError("--workers must be at least 1")
+    if args.timing_only and POLICY_ACTION_MODE.get(args.policy) != "schedule":
+        raise UsageError("--timing-only is for schedule policies (random, greedy, beam, gradient)")
     if (args.ray_address or args.workers) and importlib.util.find_spec("ray") is None:
         raise UsageError("--ray-address and --workers need Ray: pip install 'jaxbench-gym[ray]'")
     spec = suite.BenchSpec(policy=args.policy, steps=args.steps, backend=_backend(args.backend), seed=args.seed,
                            policy_kwargs=policy_kwargs(args, str(Path(args.out) / "transcripts" / "{workload}.jsonl")),
                            configs=suite_configs(args.config, names),
-                           experts=not args.no_experts, timeout_s=args.timeout)
+                           experts=not args.no_experts, timeout_s=args.timeout, timing_only=args.timing_only)
     out = Path(args.out)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -594,6 +597,9 @@ def build_parser() -> argparse.ArgumentParser:
     bn.add_argument("--out", required=True, help="directory for results.json/.csv/.png and per-workload results")
     bn.add_argument("--seed", type=int, default=0)
     bn.add_argument("--no-experts", action="store_true", help="skip the expert kernels")
+    bn.add_argument("--timing-only", action="store_true",
+                    help="schedule policies: search without the interpret check, then check the three "
+                         "fastest schedules found and report the best that passes")
     bn.add_argument("--ray-address", help="run workloads as Ray tasks on this cluster (auto or HOST:PORT)")
     bn.add_argument("--workers", type=int, help="run workloads as tasks of a local Ray instance with N CPUs")
     sr = sub.add_parser("sim-report", parents=[common],

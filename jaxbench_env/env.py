@@ -50,7 +50,13 @@ class JAXBenchEnv(gym.Env):
     speedup over the current kernel ("improvement"); ``penalty`` for a candidate that does
     not compile, is wrong, or cannot be built from the action. ``info`` always holds
     speedup, correct, compiled, timing_source, error, time_ms, baseline_ms, source,
-    schedule and max_abs_err; times are predictions when timing_source is "v6e-sim".
+    schedule, max_abs_err and checked; times are predictions when timing_source is "v6e-sim".
+
+    ``timing_only=True`` is for exploring a schedule space fast: a schedule applied to the
+    workload's own template is compiled and timed but not run through the interpret check
+    (``info["checked"]`` is False, ``correct`` None), on the premise that every schedule
+    the space allows is a correct program. Check what a search returns with
+    ``check_best()``. Source actions are always checked.
     """
 
     metadata = {"render_modes": ["ansi"], "render_fps": 1}
@@ -59,7 +65,7 @@ class JAXBenchEnv(gym.Env):
                  max_steps: int = 32, penalty: float = -1.0, reward: str = "speedup",
                  config: Mapping[str, Any] | None = None, seed: int | None = None,
                  render_mode: str | None = None, cache_dir=None, timeout_s: float = 300.0,
-                 evaluator: Evaluator | None = None):
+                 evaluator: Evaluator | None = None, timing_only: bool = False):
         if action_mode not in ACTION_MODES:
             raise ValueError(f"action_mode must be one of {ACTION_MODES}, got {action_mode!r}")
         if reward not in REWARDS:
@@ -70,7 +76,7 @@ class JAXBenchEnv(gym.Env):
         self.workload = self.evaluator.workload
         self.schedule_space = self.workload.space()
         self.action_mode, self.max_steps, self.penalty, self.reward_mode = action_mode, max_steps, penalty, reward
-        self.render_mode = render_mode
+        self.render_mode, self.timing_only = render_mode, timing_only
         self._seed, self._seeded = seed, False
 
         sched = self.schedule_space.gym_space()
@@ -116,7 +122,7 @@ class JAXBenchEnv(gym.Env):
         """A copy at the same state, sharing the evaluator (worker and cache): for search."""
         child = JAXBenchEnv(self.workload.name, action_mode=self.action_mode, max_steps=self.max_steps,
                             penalty=self.penalty, reward=self.reward_mode, render_mode=self.render_mode,
-                            evaluator=self.evaluator)
+                            evaluator=self.evaluator, timing_only=self.timing_only)
         child.set_state(self.get_state())
         return child
 
@@ -130,7 +136,7 @@ class JAXBenchEnv(gym.Env):
         self._reset_state()
         reason = self.schedule_space.check(self.schedule)
         start = self._failure(f"the template cannot serve this config: {reason}", "schedule") if reason \
-            else self.evaluator.evaluate(Candidate(self.source, self.schedule))
+            else self._evaluate(self.source, self.schedule)
         self.last = start
         self.current_speedup = self.best_speedup = start.speedup or 0.0
         self.best = (self.source, dict(self.schedule)) if start.ok else None
@@ -177,7 +183,11 @@ class JAXBenchEnv(gym.Env):
         reason = self.schedule_space.check(schedule) if source == self._template else None
         if reason is not None:  # certain to fail: save the compile, report why
             return self._failure(f"schedule rejected: {reason}", "schedule")
-        return self.evaluator.evaluate(Candidate(source, schedule))
+        return self.evaluator.evaluate(Candidate(source, schedule), check=not (self.timing_only and source == self._template))
+
+    def check_best(self) -> EvalResult | None:
+        """The best candidate so far evaluated with the correctness check (None before any)."""
+        return None if self.best is None else self.evaluator.evaluate(Candidate(*self.best))
 
     def _failure(self, error: str, stage: str) -> EvalResult:
         """The result of an action that never reached the evaluator."""
@@ -208,6 +218,7 @@ class JAXBenchEnv(gym.Env):
             "baseline_ms": result.baseline_ms, "max_abs_err": result.max_abs_err, "cached": result.cached,
             "source": source, "schedule": dict(schedule), "workload": self.workload.name,
             "backend": self.evaluator.backend, "trusted_timing": result.trusted_timing,
+            "checked": result.correct is not None,
         }
 
     def action_masks(self) -> tuple:

@@ -7,7 +7,8 @@ log2 ranges, rounds each end point to the legal schedules around it (the corners
 grid cell that the space's check allows) and ranks those by the relaxed model, followed
 by their one-step neighbours, also ranked. Each ``act`` then proposes the next one for the full
 simulator to judge (one env step, one evaluation). Non-block knobs keep their current
-values. When the proposals run out, or the model cannot be built (no block-size knob, no
+values. When the proposals run out (or ``max_proposals`` have been made: greedy refinement
+follows), or the model cannot be built (no block-size knob, no
 pallas_call, or a current source that is not the workload's own template: building the
 model traces it in the policy's process, where candidate code must never run), it falls
 back to one-knob moves around the best schedule seen.
@@ -25,8 +26,10 @@ from policies.base import Policy, one_knob_moves, schedule_action, schedule_key
 class GradientPolicy(Policy):
     name = "gradient"
 
-    def __init__(self, starts: int = 8, iterations: int = 150, lr: float = 0.15, seed: int | None = None):
+    def __init__(self, starts: int = 8, iterations: int = 150, lr: float = 0.15, seed: int | None = None,
+                 max_proposals: int | None = None):
         self.starts, self.iterations, self.lr, self.seed = starts, iterations, lr, seed
+        self.max_proposals = max_proposals
         self.reset()
 
     def reset(self) -> None:
@@ -71,7 +74,7 @@ class GradientPolicy(Policy):
             raise ValueError("GradientPolicy needs action_mode 'schedule' or 'both'")
         if self._queue is None:
             self._tried.add(schedule_key(u.schedule))
-            self._queue = self.proposals(env)
+            self._queue = self.proposals(env)[:self.max_proposals]
         while self._queue:
             schedule = self._queue.pop(0)
             if schedule_key(schedule) not in self._tried:

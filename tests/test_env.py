@@ -86,6 +86,22 @@ def test_reward_modes_and_truncation(make_env):
     assert reward == pytest.approx(info["speedup"] - start["speedup"])
 
 
+def test_timing_only_explores_schedules_unchecked_and_checks_the_best(make_env):
+    env = make_env("gemm", SMALL_GEMM, action_mode="both", timing_only=True)
+    _, start = env.reset(seed=0)
+    assert start["checked"] is False and start["correct"] is None and start["speedup"] > 0
+    space = env.schedule_space
+    _, reward, _, _, info = env.step({"schedule": space.encode({**space.default(), "block_m": 256}), "source": ""})
+    assert not info["checked"] and info["correct"] is None and reward == pytest.approx(info["speedup"])
+    assert env.fork().timing_only
+    best = env.check_best()
+    assert best.correct is True and best.speedup == pytest.approx(env.best_speedup)  # checked, same prediction
+    # An edited source is always checked: a wrong kernel is not rewarded.
+    edit = edit_block("acc_ref[...] += ", "acc_ref[...] -= ")
+    _, reward, _, _, info = env.step({"schedule": space.encode(space.default()), "source": edit})
+    assert info["checked"] and info["correct"] is False and reward == env.penalty
+
+
 def test_fork_branches_without_replaying(make_env):
     env = make_env("gemm", SMALL_GEMM)
     env.reset(seed=0)

@@ -54,12 +54,13 @@ def test_select_workload_sets():
     (["--workloads", "gemm", "--config", "Q=3"], "not in the config"),
     (["--workloads", "gemm", "--config", "rmsnorm.N=3"], "not among the selected"),
     (["--workloads", "gemm", "--steps", "0"], "at least 1"),
+    (["--workloads", "gemm", "--policy", "llm", "--timing-only", ""], "for schedule policies"),
 ])
 def test_bench_bad_input_is_one_line_and_status_2(cli, tmp_path, args, message):
     base = {"--policy": "greedy", "--steps": "2", "--out": str(tmp_path)}
     for k, v in zip(args[::2], args[1::2]):
         base[k] = v
-    p = cli("bench", *[x for kv in base.items() for x in kv])
+    p = cli("bench", *[x for kv in base.items() for x in kv if x])
     assert p.returncode == 2 and message in p.stderr and p.stderr.count("\n") == 1, p.stderr
 
 
@@ -102,6 +103,21 @@ def test_bench_writes_the_table_figures_and_plot_and_resumes(cli, tmp_path):
     p = cli("bench", "--workloads", "rmsnorm", "--policy", "greedy", "--steps", "3", "--out", str(out))
     assert p.returncode == 0, p.stderr[-3000:]
     assert json.loads((out / "workloads" / "rmsnorm.json").read_text())["row"]["steps"] == 3
+
+
+def test_timing_only_bench_checks_the_fastest_schedule_it_reports(cli, tmp_path):
+    out = tmp_path / "fast"
+    p = cli("bench", "--workloads", "gemm", "--config", GEMM, "--policy", "greedy", "--steps", "2",
+            "--timing-only", "--no-experts", "--out", str(out))
+    assert p.returncode == 0, p.stderr[-3000:]
+    result = json.loads((out / "workloads" / "gemm.json").read_text())
+    row, records = result["row"], result["records"]
+    assert result["spec"]["timing_only"] and all(r["correct"] is None for r in records)  # explored unchecked
+    assert row["check_failures"] == [] and row["best_speedup"] == pytest.approx(row["best_unchecked_speedup"])
+    fastest = max([(row["start_speedup"], None)] + [(r["speedup"], r["schedule"]) for r in records],
+                  key=lambda f: f[0])
+    assert fastest[0] == pytest.approx(row["best_speedup"])
+    assert fastest[1] is None or row["best_schedule"] == fastest[1]
 
 
 # --- a real two-node Ray cluster -------------------------------------------------------------------
