@@ -165,6 +165,10 @@ SCHEDULES = [
     ("matmul_dropout_softmax", WHOLE_ROWS),
     ("gemm_groupnorm_min_biasadd", WHOLE_ROWS),
     ("gemm_sigmoid_logsumexp", {**WHOLE_ROWS, "block_k": 256}),
+    # The structural knobs: the row sum folded into the weights, the dead GEMM skipped.
+    ("gemm_divide_sum_scaling", {**WHOLE_ROWS, "fold": "weights"}),
+    ("matmul_sum_max_avgpool_logsumexp_logsumexp", {**WHOLE_ROWS, "block_k": 512, "fold": "weights"}),
+    ("bmm_instancenorm_sum_residualadd_multiply", {**TILED, "gemm": "skipped"}),
 ]
 
 

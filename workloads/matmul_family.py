@@ -39,6 +39,10 @@ from .base import (
     tile_bytes,
 )
 
+# The row sum after a matmul, folded into the weights (the workloads whose math allows it).
+FOLD = Knob("fold", ("none", "weights"), "none",
+            "'weights': the row sum after the matmul computed as x @ (w summed over its output columns): "
+            "N times fewer FLOPs, exact up to rounding")
 BLOCKS_M = (128, 256, 512, 1024)
 BLOCKS_K = (256, 512, 1024, 2048)
 BLOCKS_N = (256, 512, 1024, 2048)
@@ -83,6 +87,7 @@ class MatmulWorkload(kb.KernelBenchWorkload):
     whole_rows = False  # the epilogue needs whole rows: block_n = N
     group_key: str | None = None  # config key of a group count, for epilogues that norm groups of columns
     template_part = ""  # the workload's epilogue(s) and workload(*inputs), template source
+    extra_knobs: tuple[Knob, ...] = ()  # structural choices its template part reads from SCHEDULE
 
     @property
     def check_overrides(self):
@@ -156,5 +161,5 @@ class MatmulWorkload(kb.KernelBenchWorkload):
             knobs.append(Knob("block_n", BLOCKS_N, 1024, "output columns per grid step"))
         knobs += [Knob("buffers", (1, 2), 2, "pipeline buffers for the x and w blocks"),
                   Knob("vmem_limit_mib", VMEM_LIMITS_MIB, 96 if self.whole_rows else 32,
-                       "scoped VMEM the compiler may use (MiB)")]
+                       "scoped VMEM the compiler may use (MiB)"), *self.extra_knobs]
         return ScheduleSpace(knobs, check)

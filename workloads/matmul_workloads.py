@@ -36,7 +36,8 @@ import jax.numpy as jnp
 
 from . import kernelbench as kb
 from .essential import io_bytes
-from .matmul_family import MatmulWorkload, Param, weight, x_param
+from .base import Knob
+from .matmul_family import FOLD, MatmulWorkload, Param, weight, x_param
 
 EPS = 1e-5
 SQUARE = {"batch_size": 4096, "in_features": 8192, "out_features": 8192}  # "as 19k"
@@ -301,6 +302,9 @@ class BmmInstancenormSumResidualaddMultiply(MatmulWorkload):
         # The GEMM is dead (a 1x1 InstanceNorm is exactly 0, times in_weight): out = (in_bias + y) * y.
         return float(io_bytes(self, config, skip=(0, 2, 3, 4))), 0.0  # reads y, in_bias; writes out
 
+    extra_knobs = (Knob("gemm", ("computed", "skipped"), "computed",
+                        "'skipped': the GEMM feeds a norm over a 1x1 extent, which is 0 whatever it "
+                        "computes, so out = (in_bias + y) * y"),)
     template_part = """
     def epilogue(acc, b, in_weight, in_bias, y):
         v = acc + b
@@ -308,7 +312,23 @@ class BmmInstancenormSumResidualaddMultiply(MatmulWorkload):
         return (normed * in_weight + in_bias + y) * y
 
 
+    def residual_kernel(in_bias_ref, y_ref, o_ref):
+        y = y_ref[...].astype(jnp.float32)
+        o_ref[...] = ((in_bias_ref[...].astype(jnp.float32) + y) * y).astype(o_ref.dtype)
+
+
     def workload(x, y, w, b, in_weight, in_bias):
+        if SCHEDULE["gemm"] == "skipped":
+            s = SCHEDULE
+            m, n = y.shape
+            bm, bn = s["block_m"], s["block_n"]
+            return pl.pallas_call(
+                residual_kernel, grid=(m // bm, n // bn),
+                in_specs=[pl.BlockSpec((1, bn), lambda i, j: (0, j)), pl.BlockSpec((bm, bn), lambda i, j: (i, j))],
+                out_specs=pl.BlockSpec((bm, bn), lambda i, j: (i, j)),
+                out_shape=jax.ShapeDtypeStruct(y.shape, y.dtype),
+                compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel")),
+            )(row(in_bias), y)
         return fused_matmul(x, w, (row(b), row(in_weight), row(in_bias), y), epilogue=epilogue,
                             transpose_w=True, **tiling())
     """
@@ -422,12 +442,19 @@ class GemmDivideSumScaling(RowMatmulWorkload):
         # The row sum of x @ W.T is the mat-vec x @ (sum_j W_j): every input read, 2 M K FLOPs.
         return float(io_bytes(self, config)), 2.0 * config["batch_size"] * config["input_size"]
 
+    extra_knobs = (FOLD,)
     template_part = """
     def epilogue(acc):
         return jnp.sum(acc / 2, axis=-1, keepdims=True) * CONFIG["scaling_factor"]
 
 
+    def folded_epilogue(row_sums):
+        return row_sums / 2 * CONFIG["scaling_factor"]
+
+
     def workload(x, w):
+        if SCHEDULE["fold"] == "weights":
+            return folded_matmul(x, w, epilogue=folded_epilogue, transpose_w=True, **tiling())
         return fused_matmul(x, w, epilogue=epilogue, transpose_w=True, out_cols=1, **tiling())
     """
 
@@ -450,12 +477,20 @@ class MatmulSumMaxAvgpoolLogsumexpLogsumexp(RowMatmulWorkload):
         # after it are over a size-1 axis: every input read, 2 M K FLOPs.
         return float(io_bytes(self, config)), 2.0 * config["batch_size"] * config["in_features"]
 
+    extra_knobs = (FOLD,)
     template_part = """
     def epilogue(acc, b):
         return jnp.sum(acc + b, axis=-1, keepdims=True)  # max, mean and logsumexp of one value are itself
 
 
+    def folded_epilogue(row_sums, b_sum):
+        return row_sums + b_sum
+
+
     def workload(x, w, b):
+        if SCHEDULE["fold"] == "weights":
+            b_sum = jnp.sum(b.astype(jnp.float32)).reshape(1, 1)
+            return folded_matmul(x, w, (b_sum,), epilogue=folded_epilogue, transpose_w=True, **tiling())
         return fused_matmul(x, w, (row(b),), epilogue=epilogue, transpose_w=True, out_cols=1, **tiling())
     """
 
