@@ -71,6 +71,29 @@ def over_vmem(nbytes: int, limit: int = DEFAULT_SCOPED_VMEM) -> str | None:
     return None
 
 
+ATTENTION_BLOCKS = (128, 256, 512, 1024, 2048)
+# What the k/v pipeline fetches on a grid step whose block the causal mask skips.
+_SKIPPED_FETCH = {"plain": "their own block (a wasted copy)", "clamp": "the last needed one again (no copy)",
+                  "next_row": "block 0, which the next query block starts with"}
+
+
+def attention_knobs(fetched: str = "k and v", q_tiles: str = "q, o, m, l, acc", kv_index_maps=tuple(_SKIPPED_FETCH),
+                    after_blocks: Knob | None = None, blocks=ATTENTION_BLOCKS) -> list[Knob]:
+    """The knobs of the blocked-attention templates (flash, GQA, MLA, sparse, flex, RetNet,
+    SSD): query and key blocks, the template's own knob after them (``after_blocks``), k/v pipeline buffers and
+    what skipped steps fetch. Defaults: 512 x 512, double-buffered, plain."""
+    return [
+        Knob("block_q", blocks, 512, f"query rows per grid step ({q_tiles} tiles)"),
+        Knob("block_k", blocks, 512, f"{fetched} rows fetched per grid step"),
+        *([after_blocks] if after_blocks is not None else []),
+        # Mosaic's pallas_call pipeline takes pl.Buffered(1) or (2) only; 3 fails to lower.
+        Knob("buffers", (1, 2), 2, f"pipeline buffers for the {fetched} blocks (1: no prefetch)"),
+        Knob("kv_index_map", tuple(kv_index_maps), "plain",
+             f"what {fetched} fetch on causally skipped steps: "
+             + "; ".join(f"{m}: {_SKIPPED_FETCH[m]}" for m in kv_index_maps)),
+    ]
+
+
 def matmul_vmem_bytes(bm: int, bk: int, bn: int, buffers: int, dtype: str) -> int:
     """A tiled matmul's VMEM: pipelined lhs/rhs blocks, the double-buffered output block
     and its f32 accumulator."""

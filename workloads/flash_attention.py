@@ -24,14 +24,15 @@ import jax
 import jax.numpy as jnp
 
 from .base import (
+    attention_knobs,
     Knob,
-    ScheduleSpace,
-    QK_STRUCTURE,
-    Workload,
     over_vmem,
+    QK_STRUCTURE,
     require_positive_ints,
+    ScheduleSpace,
     seeded_normal,
     tile_bytes,
+    Workload,
 )
 from .essential import causal_pairs, io_bytes
 
@@ -99,15 +100,8 @@ class FlashAttention(Workload):
             return over_vmem(vmem)
 
         return ScheduleSpace(
-            [
-                Knob("block_q", BLOCKS, 512, "query rows per grid step (q, o, m, l, acc tiles)"),
-                Knob("block_k", BLOCKS, 512, "key/value rows fetched per grid step"),
-                Knob("kv_splits", (1, 2, 4), 1, "sub-blocks each kv block is computed in (smaller score tile)"),
-                # Mosaic's pallas_call pipeline takes pl.Buffered(1) or (2) only; 3 fails to lower.
-                Knob("buffers", (1, 2), 2, "pipeline buffers for the k and v blocks (1: no prefetch)"),
-                Knob("kv_index_map", ("plain", "clamp", "next_row"), "plain",
-                     "what k/v fetch on causally skipped steps: their own block, the last needed one, or block 0"),
-            ],
+            attention_knobs(after_blocks=Knob("kv_splits", (1, 2, 4), 1,
+                                              "sub-blocks each kv block is computed in (smaller score tile)")),
             check,
         )
 

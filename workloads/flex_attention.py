@@ -34,17 +34,18 @@ import jax
 import jax.numpy as jnp
 
 from .base import (
-    Knob,
-    ScheduleSpace,
-    QK_STRUCTURE,
-    TIGHT_V_SCALE,
-    Workload,
+    attention_knobs,
     indivisible,
+    Knob,
     over_vmem,
     pow2_divisors,
+    QK_STRUCTURE,
     require_positive_ints,
+    ScheduleSpace,
     seeded_normal,
+    TIGHT_V_SCALE,
     tile_bytes,
+    Workload,
 )
 from .essential import causal_pairs, io_bytes
 
@@ -123,16 +124,6 @@ class FlexAttention(Workload):
             vmem += (1 + nb) * tile_bytes((bq, bk), "float32")
             return over_vmem(vmem)
 
-        return ScheduleSpace(
-            [
-                Knob("block_q", BLOCKS, 512, "query rows per grid step (q, o, m, l, acc and bias tiles)"),
-                Knob("block_k", BLOCKS, 512, "key/value rows (and bias columns) fetched per grid step"),
-                Knob("batch_per_step", per_step, 1,
-                     "batch elements per grid step: each rel_pos_bias tile is fetched once for all of them"),
-                # Mosaic's pallas_call pipeline takes pl.Buffered(1) or (2) only; 3 fails to lower.
-                Knob("buffers", (1, 2), 2, "pipeline buffers for the k, v and bias blocks (1: no prefetch)"),
-                Knob("kv_index_map", ("plain", "clamp", "next_row"), "plain",
-                     "what k/v/bias fetch on causally skipped steps: their own block, the last needed one, or block 0"),
-            ],
-            check,
-        )
+        return ScheduleSpace(attention_knobs("k, v and bias", "q, o, m, l, acc and bias", after_blocks=Knob(
+            "batch_per_step", per_step, 1,
+            "batch elements per grid step: each rel_pos_bias tile is fetched once for all of them")), check)

@@ -41,15 +41,16 @@ import jax
 import jax.numpy as jnp
 
 from .base import (
-    WEIGHT_STRUCTURE,
-    Knob,
-    ScheduleSpace,
-    Workload,
+    attention_knobs,
     indivisible,
+    Knob,
     over_vmem,
     require_positive_ints,
+    ScheduleSpace,
     seeded_normal,
     tile_bytes,
+    WEIGHT_STRUCTURE,
+    Workload,
 )
 from .essential import causal_pairs, io_bytes
 
@@ -169,17 +170,7 @@ class MLAAttention(Workload):
             # v6e compiles block_q = block_k = 2048 at the full size.
             return indivisible(dims, s) or over_vmem(vmem)
 
-        return ScheduleSpace(
-            [
-                Knob("block_q", BLOCKS, 512, "query rows per grid step (q, out, m, l, acc tiles)"),
-                Knob("block_k", BLOCKS, 512, "key/value rows per grid step (and the score tile's width)"),
-                # Mosaic's pallas_call pipeline takes pl.Buffered(1) or (2) only.
-                Knob("buffers", (1, 2), 2, "pipeline buffers for the k and v blocks (1: no prefetch)"),
-                Knob("kv_index_map", ("plain", "clamp"), "plain",
-                     "what k/v fetch on causally skipped steps: their own block, or the diagonal one again"),
-            ],
-            check,
-        )
+        return ScheduleSpace(attention_knobs(q_tiles="q, out, m, l, acc", kv_index_maps=("plain", "clamp")), check)
 
     def validate_config(self, config):
         require_positive_ints(self.name, config, ("batch", "seq_len", "emb_dim", "num_heads", "q_lora_rank",

@@ -28,14 +28,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from .base import (
-    Knob,
-    ScheduleSpace,
-    Workload,
+    attention_knobs,
     indivisible,
+    Knob,
     over_vmem,
     require_positive_ints,
+    ScheduleSpace,
     seeded_normal,
     tile_bytes,
+    Workload,
 )
 from .essential import io_bytes
 
@@ -110,17 +111,8 @@ class RetNetRetention(Workload):
             # decayed scores in place (the same kernel shape compiles 2048 x 2048 at head_dim 64).
             return indivisible(dims, s) or over_vmem(vmem)
 
-        return ScheduleSpace(
-            [
-                Knob("block_q", BLOCKS, 512, "query rows per grid step (q, out, accumulator tiles)"),
-                Knob("block_k", BLOCKS, 512, "key/value rows per grid step (and the score tile's width)"),
-                # Mosaic's pallas_call pipeline takes pl.Buffered(1) or (2) only.
-                Knob("buffers", (1, 2), 2, "pipeline buffers for the k and v blocks (1: no prefetch)"),
-                Knob("kv_index_map", ("plain", "clamp"), "plain",
-                     "what k/v fetch on steps above the diagonal: their own block, or the diagonal one again"),
-            ],
-            check,
-        )
+        return ScheduleSpace(attention_knobs(q_tiles="q, out, accumulator", kv_index_maps=("plain", "clamp"),
+                                             blocks=BLOCKS), check)
 
     def validate_config(self, config):
         require_positive_ints(self.name, config, ("batch", "num_heads", "seq_len", "head_dim", "d_model"))
