@@ -83,6 +83,8 @@ SCHEDULES = [
     {"block_q": 2048, "block_k": 2048, "kv_splits": 2, "kv_index_map": "next_row"},  # jax's tuned tiling
     {"block_q": 512, "block_k": 1024, "kv_splits": 2, "kv_index_map": "clamp"},  # sub-blocks skipped
     {"block_q": 1024, "block_k": 256, "buffers": 1, "kv_index_map": "clamp"},  # kv blocks skipped
+    # The mask built on diagonal blocks only (below-diagonal sub-blocks unmasked), q pre-scaled.
+    {"block_q": 256, "block_k": 512, "kv_splits": 2, "mask": "diagonal", "scale": "queries"},
 ]
 
 

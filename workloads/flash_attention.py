@@ -101,7 +101,12 @@ class FlashAttention(Workload):
 
         return ScheduleSpace(
             attention_knobs(after_blocks=Knob("kv_splits", (1, 2, 4), 1,
-                                              "sub-blocks each kv block is computed in (smaller score tile)")),
+                                              "sub-blocks each kv block is computed in (smaller score tile)"))
+            + [Knob("mask", ("every_block", "diagonal"), "every_block",
+                    "where the causal mask is built: on every computed block, or only on blocks crossing the "
+                    "diagonal (blocks wholly below it skip the iota, compare and select)"),
+               Knob("scale", ("scores", "queries"), "scores",
+                    "what 1/sqrt(head_dim) multiplies: each f32 score tile, or q once per step (rounded to bf16)")],
             check,
         )
 
