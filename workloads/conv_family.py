@@ -2,7 +2,7 @@
 (JAXBench's channels-last formulation), schedule space and template rendering.
 
 Every template is the family's kernel module (``templates/conv_family.py``: an im2col matmul
-with the workload's epilogue fused into the kernel) followed by the workload's own snippet
+with the workload's epilogue fused into the kernel) followed by the workload's own template part
 (its SCHEDULE defaults, epilogue and ``workload(*inputs)`` glue), so the rendered source is
 one standalone module. Knobs:
 
@@ -60,14 +60,14 @@ def to_channels_first(y):
 
 class ConvWorkload(KernelBenchWorkload):
     """A conv + epilogue workload. Subclasses set ``spatial`` (config keys of the input's
-    spatial dims), ``snippet`` (the template's workload part), ``whole_s`` (epilogue needs all
+    spatial dims), ``template_part`` (the template's workload part), ``whole_s`` (epilogue needs all
     of S in one block), ``reduce_s`` (the kernel sums over S), ``default_block_s``/``_k``."""
 
     category = "conv"
     template_file = "conv_family.py"
     spatial: tuple[str, ...] = ("height", "width")
     channel_keys: tuple[str, ...] = ("batch_size", "in_channels", "out_channels", "kernel_size")
-    snippet: str = ""
+    template_part: str = ""
     whole_s = False
     reduce_s = False
     default_block_s = 2048
@@ -114,7 +114,7 @@ class ConvWorkload(KernelBenchWorkload):
     # --- template --------------------------------------------------------------------
     def template_source(self) -> str:
         family = (Path(__file__).parent / "templates" / self.template_file).read_text()
-        return f"{family}\n\n# ---- {self.name} ({self.jaxbench_id}) ----\n{self.snippet.strip()}\n"
+        return f"{family}\n\n# ---- {self.name} ({self.jaxbench_id}) ----\n{self.template_part.strip()}\n"
 
     def flat_input_length(self, config, bs: int) -> int:
         """Length of a sample's flat input in the template's "vmem" mode: the padded columns

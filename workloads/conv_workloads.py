@@ -1,7 +1,7 @@
 """The KernelBench convolution workloads (18k, 22k, 25k, 28k, 33k, 34k, 39k, 46k).
 
 Each class states its inputs (workloads.md section 3; x ~ U[0,1) keyed by K0, weights
-N*0.02 keyed as the entry says), its plain-JAX reference and its template snippet: SCHEDULE
+N*0.02 keyed as the entry says), its plain-JAX reference and its template part: SCHEDULE
 defaults, the epilogue fused into the family's im2col-matmul kernel (``conv_family``) and the
 ``workload`` glue.
 
@@ -66,7 +66,7 @@ class Conv2dReluBiasAdd(ConvWorkload):
     defaults = {"batch_size": 128, "in_channels": 64, "out_channels": 128, "kernel_size": 3,
                 "height": 128, "width": 128, "dtype": "bfloat16"}
     check_overrides = {"batch_size": 2, "height": 20, "width": 20}
-    snippet = '''
+    template_part = '''
 SCHEDULE = {"block_s": 2048, "block_k": 1024, "buffers": 2, "patches": "vmem"}
 
 
@@ -122,7 +122,7 @@ class Conv2dInstanceNormDivide(ConvWorkload):
                 "height": 128, "width": 128, "dtype": "bfloat16"}
     check_overrides = {"batch_size": 2, "height": 20, "width": 20}
     whole_s = True
-    snippet = '''
+    template_part = '''
 SCHEDULE = {"block_k": 1024, "buffers": 2, "patches": "vmem"}
 
 
@@ -205,7 +205,7 @@ class Conv3dGroupNormMean(ConvWorkload):
     check_overrides = {"batch_size": 8, "depth": 8, "height": 10, "width": 10}
     whole_s = True
     reduce_s = True
-    snippet = '''
+    template_part = '''
 SCHEDULE = {"block_k": 1024, "buffers": 2, "patches": "vmem"}
 
 
@@ -291,7 +291,7 @@ class ConvTranspose3dLayerNormGeluScaling(ConvWorkload):
                 "depth": 16, "height": 32, "width": 32, "dtype": "bfloat16"}
     check_overrides = {"batch_size": 2, "depth": 4, "height": 8}
     atol = 5e-2
-    snippet = '''
+    template_part = '''
 SCHEDULE = {"block_s": 2048, "block_k": 1024, "buffers": 2, "patches": "vmem"}
 
 
@@ -402,7 +402,7 @@ class Conv3dMishTanh(ConvWorkload):
     defaults = {"batch_size": 16, "in_channels": 32, "out_channels": 64, "kernel_size": 3,
                 "depth": 32, "height": 64, "width": 64, "dtype": "bfloat16"}
     check_overrides = {"batch_size": 2, "depth": 6, "height": 18, "width": 18}
-    snippet = '''
+    template_part = '''
 SCHEDULE = {"block_s": 2048, "block_k": 1024, "buffers": 2, "patches": "vmem"}
 
 
@@ -459,7 +459,7 @@ class Conv2dActivationBatchNorm(ConvWorkload):
                 "height": 128, "width": 128, "dtype": "bfloat16"}
     check_overrides = {"batch_size": 4, "height": 20, "width": 20}
     atol = 1e-1
-    snippet = '''
+    template_part = '''
 SCHEDULE = {"block_s": 2048, "block_k": 1024, "buffers": 2, "patches": "vmem"}
 
 
@@ -516,7 +516,7 @@ class Conv2dGeluGlobalAvgPool(ConvWorkload):
     check_overrides = {"batch_size": 2, "height": 30, "width": 30}
     reduce_s = True
     default_block_s = 8192
-    snippet = '''
+    template_part = '''
 SCHEDULE = {"block_s": 8192, "block_k": 1024, "buffers": 2, "patches": "vmem"}
 
 
@@ -574,7 +574,7 @@ class Conv2dGroupNormTanhHardSwishResidualAddLogSumExp(ConvWorkload):
     check_overrides = {"batch_size": 2, "height": 20, "width": 20}
     whole_s = True
     default_patches = "hbm"
-    snippet = '''
+    template_part = '''
 SCHEDULE = {"block_k": 1024, "buffers": 2, "patches": "hbm"}
 
 
