@@ -32,7 +32,7 @@ def main() -> None:
         ev = Evaluator(name, backend="sim", cache_dir=cache)
         try:
             wl = ev.workload
-            r = ev.evaluate(Candidate(wl.template_source(), wl.space().default()), check=False)
+            r = ev.evaluate(Candidate(wl.template_source(), wl.schedule_space().default()), check=False)
         finally:
             ev.close()
         stages = r.details.get("stage_s", {})

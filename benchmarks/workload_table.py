@@ -47,7 +47,7 @@ def main() -> None:
             base = ev.baseline()
             wl = ev.workload
             t0 = time.perf_counter()
-            template = ev.evaluate(Candidate(wl.template_source(), wl.space().default()), check=not args.no_check)
+            template = ev.evaluate(Candidate(wl.template_source(), wl.schedule_space().default()), check=not args.no_check)
             wall = time.perf_counter() - t0
             expert = ev.expert(check=not args.no_check) if wl.expert_file else None
         finally:

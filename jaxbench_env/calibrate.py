@@ -178,7 +178,7 @@ def gemm_sweep(cache_dir=None) -> list[dict]:
     ev = Evaluator("gemm", backend="sim", cache_dir=cache_dir)
     out = []
     try:
-        base = ev.workload.space().default()
+        base = ev.workload.schedule_space().default()
         for bm, bk, bn, buffers in SWEEP:
             schedule = {**base, "block_m": bm, "block_k": bk, "block_n": bn, "buffers": buffers}
             r = ev.evaluate(Candidate(ev.workload.template_source(), schedule), check=False)

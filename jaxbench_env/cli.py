@@ -128,7 +128,7 @@ def cmd_list(args) -> int:
     rows = []
     for name, cls in WORKLOADS.items():
         wl = cls()
-        space = wl.space()
+        space = wl.schedule_space()
         rows.append({"name": name, "jaxbench_id": cls.jaxbench_id, "category": cls.category,
                      "description": cls.description, "config": wl.config, "env_id": f"JAXBench/{name}-v0",
                      "knobs": {k.name: list(k.values) for k in space.knobs},
@@ -155,7 +155,7 @@ def cmd_list(args) -> int:
 
 def cmd_show(args) -> int:
     wl = _workload(args.workload, parse_pairs(args.config, "--config"))
-    space = wl.space()
+    space = wl.schedule_space()
     rungs = wl.check_rungs()
     obj = {"name": wl.name, "jaxbench_id": wl.jaxbench_id, "category": wl.category, "description": wl.description,
            "config": wl.config, "defaults": dict(wl.defaults), "check_config": rungs[0],
@@ -234,7 +234,7 @@ def cmd_evaluate(args) -> int:
     config = parse_pairs(args.config, "--config")
     overrides = parse_pairs(args.schedule, "--schedule")
     wl = _workload(args.workload, config)
-    space = wl.space()
+    space = wl.schedule_space()
     unknown = sorted(set(overrides) - set(space.names))
     if unknown:
         raise UsageError(f"unknown schedule knobs {unknown} for {args.workload}; known: {list(space.names)}")

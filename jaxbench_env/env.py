@@ -74,7 +74,7 @@ class JAXBenchEnv(gym.Env):
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
         self.evaluator = evaluator or Evaluator(workload, config, backend, cache_dir=cache_dir, timeout_s=timeout_s)
         self.workload = self.evaluator.workload
-        self.schedule_space = self.workload.space()
+        self.schedule_space = self.workload.schedule_space()
         self.action_mode, self.max_steps, self.penalty, self.reward_mode = action_mode, max_steps, penalty, reward
         self.render_mode, self.timing_only = render_mode, timing_only
         self._seed, self._seeded = seed, False

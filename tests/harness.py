@@ -75,7 +75,7 @@ def judge_check(workload, source: str, schedule: dict) -> float:
 def assert_template_correct(workload, schedule: dict) -> None:
     """The template at ``schedule`` (over the defaults) passes the environment's check:
     interpret mode at check size, 3 seeds, structure, dtype, allclose, no NaN."""
-    space = workload.space()
+    space = workload.schedule_space()
     full = {**space.default(), **schedule}
     assert space.check(full) is None, space.check(full)
     assert workload.schedule_space(workload.check_config()).check(full) is None

@@ -233,18 +233,18 @@ def test_noise_floor_tolerance_passes_correct_and_fails_spec_tolerance(i):
 
 
 def test_space_rejects_impossible_schedules():
-    space18 = CLASSES["18k"]().space()
+    space18 = CLASSES["18k"]().schedule_space()
     assert space18.check(space18.default()) is None
     hbm = {**space18.default(), "patches": "hbm"}
     assert "divide" in space18.check({**hbm, "block_k": 256})  # contraction 576, padded to 640
     assert space18.check({**hbm, "block_k": 128}) is None
-    space28 = CLASSES["28k"]().space()
+    space28 = CLASSES["28k"]().schedule_space()
     assert "VMEM" in space28.check({**space28.default(), "block_s": 8192, "patches": "hbm"})
     # Whole-image blocks do not fit VMEM for large images, whatever the schedule.
-    big22 = CLASSES["22k"]({"height": 512, "width": 512}).space()
+    big22 = CLASSES["22k"]({"height": 512, "width": 512}).schedule_space()
     assert "VMEM" in big22.check(big22.default())
     assert "VMEM" in big22.check({**big22.default(), "patches": "hbm", "block_k": 128, "buffers": 1})
-    assert "block_s" not in CLASSES["22k"]().space().names
+    assert "block_s" not in CLASSES["22k"]().schedule_space().names
 
 
 @pytest.mark.parametrize("bad", [

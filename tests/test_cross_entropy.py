@@ -33,7 +33,7 @@ def float64_parts(seed):
 
 
 def test_check_size_keeps_tiling():
-    knobs = {k.name: k.values for k in W.space().knobs}
+    knobs = {k.name: k.values for k in W.schedule_space().knobs}
     assert CFG["batch_tokens"] % max(knobs["block_t"]) == 0
     # Like the full vocabulary, a multiple of 256 and of no larger vocab block.
     for vocab in (V, W.config["vocab_size"]):
@@ -85,11 +85,11 @@ def test_near_misses_fail():
 
 
 def test_space_rejects_impossible_schedules():
-    space = W.space()
+    space = W.schedule_space()
     assert space.check(space.default()) is None
     assert space.check({"block_t": 512, "block_v": 1024, "buffers": 2}) is None  # compiles for v6e
     assert "VMEM" in space.check({"block_t": 1024, "block_v": 512, "buffers": 2})  # v6e: 34.5 MiB, over 32
-    odd = CrossEntropy({"batch_tokens": 8192 + 384}).space()
+    odd = CrossEntropy({"batch_tokens": 8192 + 384}).schedule_space()
     assert "does not divide" in odd.check({**space.default(), "block_t": 512})
     with pytest.raises(ValueError):
         CrossEntropy({"vocab_size": 128000 + 1})

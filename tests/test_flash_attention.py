@@ -16,7 +16,7 @@ from workloads.flash_attention import FlashAttention
 
 W = FlashAttention()
 CFG = W.check_config()
-SPACE = W.space()
+SPACE = W.schedule_space()
 
 
 def f32(x):
@@ -69,11 +69,11 @@ def test_schedule_space_check():
     assert SPACE.check(SPACE.default()) is None
     big = dict(SPACE.default(), block_q=2048, block_k=2048, kv_splits=1)
     assert SPACE.check(big) is None  # compiles for v6e at the full size
-    wide = FlashAttention({"head_dim": 1024}).space()  # a config whose tiles do not fit
+    wide = FlashAttention({"head_dim": 1024}).schedule_space()  # a config whose tiles do not fit
     assert "VMEM" in wide.check(big)
     assert wide.check(dict(big, block_q=512, block_k=512)) is None
     assert "multiple of 128" in SPACE.check(dict(SPACE.default(), block_k=256, kv_splits=4))
-    odd = FlashAttention({"seq_len": 3072}).space()
+    odd = FlashAttention({"seq_len": 3072}).schedule_space()
     assert "does not divide" in odd.check(dict(odd.default(), block_q=2048))
     with pytest.raises(ValueError):
         FlashAttention({"seq_len": 1000})

@@ -13,7 +13,7 @@ from workloads.flex_attention import FlexAttention
 
 W = FlexAttention()
 CFG = W.check_config()
-SPACE = W.space()
+SPACE = W.schedule_space()
 C = AtCheckSize(W)
 
 
@@ -89,10 +89,10 @@ def test_space_rejects_impossible_schedules():
     assert SPACE.check(dict(SPACE.default(), block_q=1024, block_k=1024, batch_per_step=2)) is None
     assert "VMEM" in SPACE.check(dict(SPACE.default(), block_q=2048, block_k=2048))
     assert "VMEM" in SPACE.check(dict(SPACE.default(), block_q=1024, block_k=1024, batch_per_step=4))
-    three = FlexAttention({"batch": 6}).space()
+    three = FlexAttention({"batch": 6}).schedule_space()
     assert three.knobs[2].values == (1, 2)
     odd = FlexAttention({"seq_len": 3072})
-    assert "does not divide" in odd.space().check(dict(SPACE.default(), block_k=2048))
+    assert "does not divide" in odd.schedule_space().check(dict(SPACE.default(), block_k=2048))
     for bad in ({"seq_len": 1000}, {"head_dim": 64}, {"num_heads": 0}):
         with pytest.raises(ValueError):
             FlexAttention(bad)

@@ -18,7 +18,7 @@ from workloads.gqa_attention import GQAAttention
 
 W = GQAAttention()
 CFG = W.check_config()
-SPACE = W.space()
+SPACE = W.schedule_space()
 C = AtCheckSize(W)
 
 
@@ -90,8 +90,8 @@ def test_space_rejects_impossible_schedules():
     assert "VMEM" in SPACE.check(dict(SPACE.default(), block_q=1024, block_k=2048, heads_per_step=4))
     assert "VMEM" in SPACE.check(dict(SPACE.default(), block_q=512, block_k=2048, heads_per_step=8))
     odd = GQAAttention({"seq_len": 3072})
-    assert "does not divide" in odd.space().check(dict(SPACE.default(), block_q=2048))
-    eight = GQAAttention({"num_query_heads": 64, "emb_dim": 8192}).space()  # 8 query heads per KV head
+    assert "does not divide" in odd.schedule_space().check(dict(SPACE.default(), block_q=2048))
+    eight = GQAAttention({"num_query_heads": 64, "emb_dim": 8192}).schedule_space()  # 8 query heads per KV head
     assert "not one of" in eight.check(dict(SPACE.default(), heads_per_step=16))
     for bad in ({"seq_len": 1000}, {"num_kv_heads": 5}, {"emb_dim": 8192}, {"head_dim": 64, "emb_dim": 8192}):
         with pytest.raises(ValueError):

@@ -24,14 +24,14 @@ CONFIG = {"M": 2048, "K": 2048, "N": 2048}
 @pytest.fixture(scope="module")
 def gemm_model():
     wl = workloads.get("gemm", CONFIG)
-    start = {**wl.space().default(), "block_m": 256, "block_k": 256, "block_n": 256}
+    start = {**wl.schedule_space().default(), "block_m": 256, "block_k": 256, "block_n": 256}
     return wl, start, relaxed.build(wl, template_tracer(wl), start)
 
 
 def test_relaxed_model_relaxes_the_block_knobs_only(gemm_model):
     wl, _, model = gemm_model
     assert model.knobs == ["block_m", "block_k", "block_n"]  # not buffers (1, 2) or order
-    assert [k.name for k in relaxed.block_knobs(workloads.get("rmsnorm").space())] == ["block_rows"]
+    assert [k.name for k in relaxed.block_knobs(workloads.get("rmsnorm").schedule_space())] == ["block_rows"]
 
 
 def test_relaxed_model_agrees_with_the_full_model_at_its_start(gemm_model):

@@ -38,7 +38,7 @@ def numpy_ssd(q, k, v, A_log, keep=None):
 def test_registered_and_check_size_keeps_tiling():
     assert WORKLOADS["mamba2_ssd"] is Mamba2SSD
     assert CFG == {**W.defaults, "batch": 1, "num_heads": 2, "seq_len": 2048}
-    knobs = {k.name: k.values for k in W.space().knobs}
+    knobs = {k.name: k.values for k in W.schedule_space().knobs}
     assert CFG["seq_len"] % max(knobs["block_q"]) == 0 and CFG["seq_len"] % max(knobs["block_k"]) == 0
     q, k, v, A_log = jax.eval_shape(lambda: W.make_inputs(W.config, 0))
     assert q.shape == k.shape == v.shape == (4, 64, 4096, 64) and q.dtype == jnp.bfloat16
@@ -77,12 +77,12 @@ def test_degenerate_outputs_fail():
 
 
 def test_space_rejects_impossible_schedules():
-    space = W.space()
+    space = W.schedule_space()
     assert space.check(space.default()) is None
     biggest = {**space.default(), "block_q": 2048, "block_k": 2048}
     assert space.check(biggest) is None  # compiles for v6e at the full size
-    assert "VMEM" in Mamba2SSD({"head_dim": 4096}).space().check(biggest)
-    odd = Mamba2SSD({"seq_len": 3072}).space()
+    assert "VMEM" in Mamba2SSD({"head_dim": 4096}).schedule_space().check(biggest)
+    odd = Mamba2SSD({"seq_len": 3072}).schedule_space()
     assert "does not divide" in odd.check(dict(odd.default(), block_k=2048))
     for bad in ({"seq_len": 1000}, {"head_dim": 100}, {"batch": 0}, {"dtype": "int8"}):
         with pytest.raises(ValueError):

@@ -123,8 +123,8 @@ def test_check_size_keeps_rows_whole_and_activations_at_full_scale():
     for name in NAMES:
         w = workloads.get(name)
         cfg = w.check_config()
-        assert cfg[w.n_key] == w.config[w.n_key] and w.space().check(w.space().default()) is None
-        assert w.schedule_space(cfg).check(w.space().default()) is None
+        assert cfg[w.n_key] == w.config[w.n_key] and w.schedule_space().check(w.schedule_space().default()) is None
+        assert w.schedule_space(cfg).check(w.schedule_space().default()) is None
     full = workloads.get("gemm_add_relu", {"batch_size": 8})
     wfull = full.make_inputs(full.config, 0)[1]
     wcheck = AT["gemm_add_relu"].inputs(0)[1]
@@ -134,14 +134,14 @@ def test_check_size_keeps_rows_whole_and_activations_at_full_scale():
 
 def test_space_rejects_impossible_schedules():
     tiles = workloads.get("gemm_add_relu")
-    default = tiles.space().default()
-    assert "divide" in workloads.get("gemm_add_relu", {"batch_size": 384}).space().check(default)
-    assert "VMEM" in tiles.space().check({**default, "block_m": 1024, "block_k": 2048, "block_n": 2048})
+    default = tiles.schedule_space().default()
+    assert "divide" in workloads.get("gemm_add_relu", {"batch_size": 384}).schedule_space().check(default)
+    assert "VMEM" in tiles.schedule_space().check({**default, "block_m": 1024, "block_k": 2048, "block_n": 2048})
     rows = workloads.get("matmul_dropout_softmax")
-    assert "block_n" not in rows.space().names
-    assert "VMEM" in rows.space().check({**rows.space().default(), "block_m": 1024})
+    assert "block_n" not in rows.schedule_space().names
+    assert "VMEM" in rows.schedule_space().check({**rows.schedule_space().default(), "block_m": 1024})
     coarse = workloads.get("matmul_swish_sum_groupnorm", {"num_groups": 8})  # groups of 512 columns
-    assert "splits the groups" in coarse.space().check({**coarse.space().default(), "block_n": 256})
+    assert "splits the groups" in coarse.schedule_space().check({**coarse.schedule_space().default(), "block_n": 256})
 
 
 @pytest.mark.parametrize("name,config", [
@@ -186,7 +186,7 @@ def test_rendered_template_is_one_standalone_module():
     w = AT["gemm_sigmoid_logsumexp"].w
     src = w.template_source()
     assert src.count("def fused_matmul(") == 1 and "def logsumexp_epilogue(" in src
-    assert f"SCHEDULE = {w.space().default()!r}" in src
+    assert f"SCHEDULE = {w.schedule_space().default()!r}" in src
     assert "import workloads" not in src and "from workloads" not in src
 
 
@@ -197,8 +197,8 @@ def test_blocks_larger_than_the_check_size_climb_the_ladder_rather_than_fail(eva
     from jaxbench_env.candidate import Candidate
 
     wl = workloads.get("gemm_add_relu")
-    schedule = {**wl.space().default(), "block_m": 1024, "block_k": 512, "block_n": 1024, "vmem_limit_mib": 32}
-    assert wl.space().check(schedule) is None and wl.check_rungs()[0]["batch_size"] < 1024
+    schedule = {**wl.schedule_space().default(), "block_m": 1024, "block_k": 512, "block_n": 1024, "vmem_limit_mib": 32}
+    assert wl.schedule_space().check(schedule) is None and wl.check_rungs()[0]["batch_size"] < 1024
     result = evaluators("gemm_add_relu").evaluate(Candidate(wl.template_source(), schedule))
     assert result.correct and result.error is None, result.error
     assert result.details["check_rung"] >= 1 and "no step at the check size" in result.details["climbed"][0]

@@ -34,7 +34,7 @@ def numpy_gmm(lhs, rhs, group_sizes):
 
 
 def test_check_size_keeps_tiling():
-    knobs = {k.name: k.values for k in W.space().knobs}
+    knobs = {k.name: k.values for k in W.schedule_space().knobs}
     assert G >= 4 and CFG["max_expert_size"] == M // G
     assert M % max(knobs["tm"]) == 0 and CFG["emb_dim"] % max(knobs["tk"]) == 0
     assert CFG["moe_mlp_dim"] % max(knobs["tn"]) == 0
@@ -99,11 +99,11 @@ def test_degenerate_outputs_fail():
 
 
 def test_space_rejects_impossible_schedules():
-    space = W.space()
+    space = W.schedule_space()
     assert space.check(space.default()) is None
     biggest = {"tm": 512, "tk": 1024, "tn": 1536, "buffers": 2}
     assert space.check(biggest) is None  # ~14 MiB at bf16
-    narrow = MegabloxGMM({"moe_mlp_dim": 1024}).space()
+    narrow = MegabloxGMM({"moe_mlp_dim": 1024}).schedule_space()
     assert "does not divide" in narrow.check({**space.default(), "tn": 768})
     with pytest.raises(ValueError):
         MegabloxGMM({"seq_len": 4100})  # M = 32800 is no multiple of 128

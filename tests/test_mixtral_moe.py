@@ -54,7 +54,7 @@ def numpy_ref(seed):
 
 
 def test_check_size_keeps_tiling():
-    knobs = {k.name: k.values for k in W.space().knobs}
+    knobs = {k.name: k.values for k in W.schedule_space().knobs}
     assert CFG["batch"] * CFG["seq_len"] % max(knobs["block_tokens"]) == 0
     assert CFG["mlp_dim"] % max(knobs["block_mlp"]) == 0
     assert CFG["num_experts"] >= 2 * CFG["num_experts_per_tok"]
@@ -83,12 +83,12 @@ def test_degenerate_outputs_fail():
 
 
 def test_space_rejects_impossible_schedules():
-    space = W.space()
+    space = W.schedule_space()
     assert space.check(space.default()) is None
     assert "VMEM" in space.check({**space.default(), "block_tokens": 256, "block_mlp": 512, "vmem_limit_mib": 32})
     assert space.check({**space.default(), "block_tokens": 512, "block_mlp": 512, "vmem_limit_mib": 96}) is None
     odd = MixtralMoE({"mlp_dim": 128 * 3})
-    assert "divide" in odd.space().check({**space.default(), "block_mlp": 256})
+    assert "divide" in odd.schedule_space().check({**space.default(), "block_mlp": 256})
     with pytest.raises(ValueError):
         MixtralMoE({"num_experts_per_tok": 9})
 

@@ -54,7 +54,7 @@ def test_registered_and_check_size_keeps_structure():
     assert WORKLOADS["mla_attention"] is MLAAttention
     assert CFG == {**W.defaults, "batch": 1, "num_heads": 2, "emb_dim": 1024, "q_lora_rank": 256,
                    "kv_lora_rank": 128}
-    knobs = {k.name: k.values for k in W.space().knobs}
+    knobs = {k.name: k.values for k in W.schedule_space().knobs}
     assert CFG["seq_len"] % max(knobs["block_q"]) == 0 and CFG["seq_len"] % max(knobs["block_k"]) == 0
     assert CFG["seq_len"] % 2048 == 0  # the expert's tuned blocks
     full = jax.eval_shape(lambda: W.make_inputs(W.config, 0))
@@ -98,13 +98,13 @@ def test_degenerate_and_wrong_outputs_fail():
 
 
 def test_space_rejects_impossible_schedules():
-    space = W.space()
+    space = W.schedule_space()
     assert space.check(space.default()) is None
     biggest = {"block_q": 2048, "block_k": 2048, "buffers": 2, "kv_index_map": "plain"}
     assert space.check(biggest) is None
-    wide = MLAAttention({"qk_nope_head_dim": 2048, "v_head_dim": 2048}).space()
+    wide = MLAAttention({"qk_nope_head_dim": 2048, "v_head_dim": 2048}).schedule_space()
     assert "VMEM" in wide.check(biggest)
-    odd = MLAAttention({"seq_len": 3072}).space()
+    odd = MLAAttention({"seq_len": 3072}).schedule_space()
     assert "does not divide" in odd.check(dict(odd.default(), block_q=2048))
     for bad in ({"seq_len": 1000}, {"qk_rope_head_dim": 63}, {"v_head_dim": 96}, {"num_heads": 0}):
         with pytest.raises(ValueError):

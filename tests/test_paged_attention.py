@@ -48,7 +48,7 @@ def test_registered_and_check_size_keeps_tiling():
     assert WORKLOADS["paged_attention"] is PagedAttention
     assert CFG == {"num_seqs": 4, "max_seq_len": 512, "num_query_heads": 16, "num_kv_heads": 2, "head_dim": 128,
                    "page_size": 16, "pages_per_seq": 32, "dtype": "bfloat16"}
-    knobs = {k.name: k.values for k in W.space().knobs}
+    knobs = {k.name: k.values for k in W.schedule_space().knobs}
     assert CFG["pages_per_seq"] % max(knobs["pages_per_block"]) == 0
     # GQA ratio of the full config kept: 8 query heads per KV head
     assert CFG["num_query_heads"] // CFG["num_kv_heads"] == W.config["num_query_heads"] // W.config["num_kv_heads"]
@@ -105,12 +105,12 @@ def test_degenerate_and_plausible_wrong_outputs_fail():
 
 
 def test_space_rejects_impossible_schedules_and_bad_configs():
-    space = W.space()
+    space = W.schedule_space()
     assert space.check(space.default()) is None
     biggest = {"pages_per_block": 32, "buffers": 2}
     assert space.check(biggest) is None  # compiles for v6e at the full size
-    assert "VMEM" in PagedAttention({"head_dim": 2048}).space().check(biggest)
-    odd = PagedAttention({"pages_per_seq": 40, "max_seq_len": 640}).space()
+    assert "VMEM" in PagedAttention({"head_dim": 2048}).schedule_space().check(biggest)
+    odd = PagedAttention({"pages_per_seq": 40, "max_seq_len": 640}).schedule_space()
     assert "does not divide" in odd.check({**space.default(), "pages_per_block": 16})
     for bad in ({"max_seq_len": 4000}, {"num_query_heads": 60}, {"page_size": 8, "max_seq_len": 2048},
                 {"head_dim": 64}, {"num_seqs": 0}):

@@ -25,7 +25,7 @@ def numpy_ragged_dot(x, weights):
 
 
 def test_check_size_keeps_tiling():
-    knobs = {k.name: k.values for k in W.space().knobs}
+    knobs = {k.name: k.values for k in W.schedule_space().knobs}
     assert CFG["num_groups"] >= 2
     assert (CFG["M"] // CFG["num_groups"]) % max(knobs["block_m"]) == 0
     assert CFG["K"] % max(knobs["block_k"]) == 0 and CFG["N"] % max(knobs["block_n"]) == 0
@@ -63,13 +63,13 @@ def test_degenerate_outputs_fail():
 
 
 def test_space_rejects_impossible_schedules():
-    space = W.space()
+    space = W.schedule_space()
     assert space.check(space.default()) is None
     biggest = {"block_m": 1024, "block_k": 1024, "block_n": 2048, "buffers": 2}
     assert space.check(biggest) is None  # ~28 MiB at bf16; compiles for v6e
-    assert "VMEM" in RaggedDot({"dtype": "float32"}).space().check(biggest)
+    assert "VMEM" in RaggedDot({"dtype": "float32"}).schedule_space().check(biggest)
     small = RaggedDot({"num_groups": 8, "M": 3072})  # 384 rows per group
-    assert "divide" in small.space().check({**space.default(), "block_m": 256})
+    assert "divide" in small.schedule_space().check({**space.default(), "block_m": 256})
     with pytest.raises(ValueError):
         RaggedDot({"M": 8000})
 

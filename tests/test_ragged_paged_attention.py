@@ -63,7 +63,7 @@ def test_registered_and_check_size_keeps_tiling():
     assert WORKLOADS["ragged_paged_attention"] is RaggedPagedAttention
     assert CFG == {"max_num_batched_tokens": 256, "max_num_seqs": 16, "num_q_heads": 16, "num_kv_heads": 2,
                    "head_dim": 128, "page_size": 16, "pages_per_seq": 32, "dtype": "bfloat16"}
-    knobs = {k.name: k.values for k in W.space().knobs}
+    knobs = {k.name: k.values for k in W.schedule_space().knobs}
     assert CFG["max_num_batched_tokens"] % max(knobs["q_block"]) == 0
     assert CFG["pages_per_seq"] % max(knobs["pages_per_block"]) == 0
 
@@ -128,13 +128,13 @@ def test_degenerate_and_plausible_wrong_outputs_fail():
 
 
 def test_space_rejects_impossible_schedules_and_bad_configs():
-    space = W.space()
+    space = W.schedule_space()
     assert space.check(space.default()) is None
     assert space.check({"q_block": 128, "pages_per_block": 16, "buffers": 2}) is None  # compiles for v6e
     assert space.check({"q_block": 64, "pages_per_block": 32, "buffers": 2}) is None  # compiles for v6e
     too_big = {"q_block": 128, "pages_per_block": 32, "buffers": 1}
     assert "VMEM" in space.check(too_big)  # CompileTimeScopedVmemOom on v6e
-    odd = RaggedPagedAttention({"max_num_batched_tokens": 4080, "pages_per_seq": 200}).space()
+    odd = RaggedPagedAttention({"max_num_batched_tokens": 4080, "pages_per_seq": 200}).schedule_space()
     assert "does not divide" in odd.check({**space.default(), "q_block": 32})
     assert "does not divide" in odd.check({**space.default(), "q_block": 16, "pages_per_block": 16})
     for bad in ({"max_num_seqs": 60}, {"num_q_heads": 60},
@@ -144,7 +144,7 @@ def test_space_rejects_impossible_schedules_and_bad_configs():
     # Configs the reference runs and the template cannot: every schedule says why.
     for config, why in (({"page_size": 8}, "page_size a multiple of 16"), ({"head_dim": 64}, "head_dim"),
                         ({"num_q_heads": 32}, "multiple of 8")):
-        limited = RaggedPagedAttention(config).space()
+        limited = RaggedPagedAttention(config).schedule_space()
         assert all(why in limited.check(s) for s in limited.all_schedules())
 
 

@@ -37,7 +37,7 @@ SPEC_GAMMAS = 1.0 - 2.0 ** (-5.0 - np.arange(16))
 def test_registered_and_check_size_keeps_tiling():
     assert WORKLOADS["retnet_retention"] is RetNetRetention
     assert CFG == {**W.defaults, "batch": 1, "seq_len": 1024}
-    knobs = {k.name: k.values for k in W.space().knobs}
+    knobs = {k.name: k.values for k in W.schedule_space().knobs}
     assert CFG["seq_len"] % max(knobs["block_q"]) == 0 and CFG["seq_len"] % max(knobs["block_k"]) == 0
     full = jax.eval_shape(lambda: W.make_inputs(W.config, 0))
     assert all(x.shape == (4, 16, 4096, 256) and x.dtype == jnp.bfloat16 for x in full)
@@ -72,12 +72,12 @@ def test_degenerate_outputs_fail():
 
 
 def test_space_rejects_impossible_schedules():
-    space = W.space()
+    space = W.schedule_space()
     assert space.check(space.default()) is None
     biggest = {"block_q": 1024, "block_k": 1024, "buffers": 2, "kv_index_map": "plain"}
     assert space.check(biggest) is None  # compiles for v6e at the full size
-    assert "VMEM" in RetNetRetention({"head_dim": 4096}).space().check(biggest)
-    odd = RetNetRetention({"seq_len": 1536}).space()
+    assert "VMEM" in RetNetRetention({"head_dim": 4096}).schedule_space().check(biggest)
+    odd = RetNetRetention({"seq_len": 1536}).schedule_space()
     assert "does not divide" in odd.check(dict(odd.default(), block_q=1024))
     for bad in ({"seq_len": 1000}, {"head_dim": 192}, {"num_heads": 0}, {"dtype": "int8"}):
         with pytest.raises(ValueError):

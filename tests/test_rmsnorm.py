@@ -30,7 +30,7 @@ def numpy_rmsnorm(x, scale, eps):
 
 
 def test_check_size_keeps_tiling():
-    assert CFG["batch"] * CFG["seq_len"] % max(W.space().knobs[0].values) == 0
+    assert CFG["batch"] * CFG["seq_len"] % max(W.schedule_space().knobs[0].values) == 0
     assert CFG["emb_dim"] == W.config["emb_dim"]
 
 
@@ -58,11 +58,11 @@ def test_degenerate_outputs_fail():
 
 
 def test_space_rejects_impossible_schedules():
-    space = W.space()
+    space = W.schedule_space()
     assert space.check(space.default()) is None
     assert "VMEM" in space.check({"block_rows": 512, "buffers": 1})  # ~40 MiB at emb_dim 8192
     small = RMSNorm({"batch": 1, "seq_len": 24})
-    assert "divide" in small.space().check({"block_rows": 16, "buffers": 2})
+    assert "divide" in small.schedule_space().check({"block_rows": 16, "buffers": 2})
     with pytest.raises(ValueError):
         RMSNorm({"emb_dim": 1000})
 

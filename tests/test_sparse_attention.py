@@ -18,7 +18,7 @@ from workloads.sparse_attention import SparseAttention
 
 W = SparseAttention()
 CFG = W.check_config()
-SPACE = W.space()
+SPACE = W.schedule_space()
 C = AtCheckSize(W)
 
 
@@ -104,8 +104,8 @@ def test_space_rejects_impossible_schedules():
     assert SPACE.check(dict(SPACE.default(), block_q=1024, block_k=1024, heads_per_step=4)) is None
     assert "VMEM" in SPACE.check(dict(SPACE.default(), block_q=1024, block_k=2048, heads_per_step=4))
     odd = SparseAttention({"seq_len": 3072})
-    assert "does not divide" in odd.space().check(dict(SPACE.default(), block_q=2048))
-    four = SparseAttention({"num_query_heads": 32}).space()  # 4 query heads per KV head
+    assert "does not divide" in odd.schedule_space().check(dict(SPACE.default(), block_q=2048))
+    four = SparseAttention({"num_query_heads": 32}).schedule_space()  # 4 query heads per KV head
     assert "not one of" in four.check(dict(SPACE.default(), heads_per_step=8))
     for bad in ({"seq_len": 1000}, {"num_kv_heads": 5}, {"head_dim": 64}, {"batch": 0}):
         with pytest.raises(ValueError):

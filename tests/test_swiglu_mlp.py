@@ -31,7 +31,7 @@ def numpy_swiglu(x, gate, up, down):
 
 
 def test_check_size_keeps_tiling():
-    knobs = {k.name: k.values for k in W.space().knobs}
+    knobs = {k.name: k.values for k in W.schedule_space().knobs}
     assert CFG["batch"] * CFG["seq_len"] % max(knobs["block_tokens"]) == 0
     assert CFG["mlp_dim"] % max(knobs["block_mlp"]) == 0
     assert CFG["emb_dim"] % max(knobs["block_emb"]) == 0
@@ -62,11 +62,11 @@ def test_degenerate_outputs_fail():
 
 
 def test_space_rejects_impossible_schedules():
-    space = W.space()
+    space = W.schedule_space()
     assert space.check(space.default()) is None
     assert "VMEM" in space.check({"block_tokens": 1024, "block_mlp": 1024, "block_emb": 1024, "buffers": 2})
     small = SwiGLUMLP({"batch": 1, "seq_len": 384})
-    assert "divide" in small.space().check({**space.default(), "block_tokens": 256})
+    assert "divide" in small.schedule_space().check({**space.default(), "block_tokens": 256})
     with pytest.raises(ValueError):
         SwiGLUMLP({"mlp_dim": 1000})
 

@@ -45,7 +45,7 @@ def exact(seed):
 
 
 def test_check_size_keeps_tiling():
-    knobs = {k.name: k.values for k in W.space().knobs}
+    knobs = {k.name: k.values for k in W.schedule_space().knobs}
     assert CFG == {"N": 256, "C": 128, "direction": "outgoing", "dtype": "bfloat16"}
     assert all(N % b == 0 for name in ("block_i", "block_j", "block_k") for b in knobs[name] if b <= N)
     assert max(knobs["block_i"]) == 512 and W.config["N"] % 512 == 0  # capped at N=256 when checked
@@ -92,12 +92,12 @@ def test_degenerate_outputs_fail():
 
 
 def test_space_rejects_impossible_schedules():
-    space = W.space()
+    space = W.schedule_space()
     assert space.check(space.default()) is None
     big = {**space.default(), "block_c": 4, "block_i": 512, "block_j": 512, "block_k": 512}
     assert space.check(big) is None  # compiles for v6e at the full size
     assert "VMEM" in space.check({**big, "block_c": 16})
-    odd = TriangleMultiplication({"N": 1408}).space()  # 11 * 128
+    odd = TriangleMultiplication({"N": 1408}).schedule_space()  # 11 * 128
     assert "does not divide" in odd.check(space.default())
     for bad in ({"N": 1000}, {"C": 100}, {"direction": "incoming"}):
         with pytest.raises(ValueError):

@@ -148,9 +148,13 @@ class Workload:
         """The JAX reference: the XLA baseline. Must be jit-able with no static args."""
         raise NotImplementedError
 
-    def schedule_space(self, config: Mapping[str, Any]) -> ScheduleSpace:
-        """The template's knobs and the rule that rules out impossible schedules."""
-        raise NotImplementedError
+    def schedule_space(self, config: Mapping[str, Any] | None = None) -> ScheduleSpace:
+        """The template's knobs and the rule that rules out impossible schedules, at
+        ``config`` (default: the workload's own)."""
+        return self._schedule_space(self.config if config is None else config)
+
+    def _schedule_space(self, config: Mapping[str, Any]) -> ScheduleSpace:
+        raise NotImplementedError  # each workload's knobs
 
     def validate_config(self, config: Mapping[str, Any]) -> None:
         """Raise ValueError with a clear message for a config this workload cannot run."""
@@ -244,9 +248,6 @@ class Workload:
         if not self.expert_file:
             return None
         return (Path(__file__).parent / "experts" / self.expert_file).read_text()
-
-    def space(self) -> ScheduleSpace:
-        return self.schedule_space(self.config)
 
     def tolerance(self, config: Mapping[str, Any]) -> tuple[float, float]:
         """(atol, rtol) of the allclose check at ``config``. Workloads whose outputs scale

@@ -140,7 +140,7 @@ class ConvWorkload(KernelBenchWorkload):
         bk = min(schedule["block_k"], kc)
         return schedule["buffers"] * (tile_bytes((rows, bk), dt) + tile_bytes((bk, bs), dt)) + common
 
-    def schedule_space(self, config):
+    def _schedule_space(self, config):
         _, kc, _, _ = self.matmul_shape(config)
         kcp = round_up(kc, 128)
 

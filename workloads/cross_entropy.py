@@ -122,7 +122,7 @@ class CrossEntropy(Workload):
         one_hot = jax.nn.one_hot(labels, weight.shape[1], dtype=jnp.float32)
         return jnp.mean(-jnp.sum(one_hot * log_probs, axis=-1))
 
-    def schedule_space(self, config):
+    def _schedule_space(self, config):
         dt = str(jnp.dtype(config["dtype"]))
         dims = {"block_t": ("batch_tokens", config["batch_tokens"])}
 

@@ -76,7 +76,7 @@ class FlashAttention(Workload):
         b, h, s, d = self.shape(config)
         return float(io_bytes(self, config)), 2.0 * 2 * b * h * d * causal_pairs(s)
 
-    def schedule_space(self, config):
+    def _schedule_space(self, config):
         dt = str(jnp.dtype(config["dtype"]))
         seq, d = config["seq_len"], config["head_dim"]
 

@@ -100,7 +100,7 @@ class FlexAttention(Workload):
         nbytes = io_bytes(self, config, skip=(3,)) + h * causal_pairs(s) * itemsize
         return float(nbytes), 2.0 * 2 * b * h * d * causal_pairs(s)
 
-    def schedule_space(self, config):
+    def _schedule_space(self, config):
         dt = str(jnp.dtype(config["dtype"]))
         seq, d, batch = config["seq_len"], config["head_dim"], config["batch"]
         per_step = pow2_divisors(batch, 1, 4)

@@ -53,7 +53,7 @@ class Gemm(Workload):
     def reference(self, config, a, b):
         return a @ b
 
-    def schedule_space(self, config):
+    def _schedule_space(self, config):
         dt = str(jnp.dtype(config["dtype"]))
 
         dims = {"block_m": ("M", config["M"]), "block_k": ("K", config["K"]), "block_n": ("N", config["N"])}

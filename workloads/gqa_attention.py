@@ -109,7 +109,7 @@ class GQAAttention(Workload):
         b, h, d = config["batch"], config["num_query_heads"], config["head_dim"]
         return float(io_bytes(self, config)), 2.0 * 2 * b * h * d * causal_pairs(config["seq_len"])
 
-    def schedule_space(self, config):
+    def _schedule_space(self, config):
         dt = str(jnp.dtype(config["dtype"]))
         seq, d = config["seq_len"], config["head_dim"]
         group = config["num_query_heads"] // config["num_kv_heads"]

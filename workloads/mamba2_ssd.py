@@ -92,7 +92,7 @@ class Mamba2SSD(Workload):
         b, h, s, d = self.shape(config)
         return float(io_bytes(self, config)), float(b * h * min(4 * s * d * d, 2 * 2 * d * causal_pairs(s)))
 
-    def schedule_space(self, config):
+    def _schedule_space(self, config):
         dt = str(jnp.dtype(config["dtype"]))
         seq, d = config["seq_len"], config["head_dim"]
         dims = {"block_q": ("seq_len", seq), "block_k": ("seq_len", seq)}

@@ -131,14 +131,14 @@ class MatmulWorkload(kb.KernelBenchWorkload):
     # --- template ---------------------------------------------------------------------------
     def template_source(self) -> str:
         family = (Path(__file__).parent / "templates" / self.template_file).read_text()
-        schedule = self.schedule_space(self.config).default()
+        schedule = self.schedule_space().default()
         return (f"{family}\n\n# --- {self.name} ({self.jaxbench_id}) ---\n\nSCHEDULE = {schedule!r}\n\n\n"
                 + textwrap.dedent(self.template_part).strip() + "\n")
 
     def group_size(self, config) -> int | None:
         return config[self.n_key] // config[self.group_key] if self.group_key else None
 
-    def schedule_space(self, config: Mapping[str, Any]) -> ScheduleSpace:
+    def _schedule_space(self, config: Mapping[str, Any]) -> ScheduleSpace:
         dt = config["dtype"]
         m, k, n = config[self.m_key], config[self.k_key], config[self.n_key]
         group = self.group_size(config)

@@ -170,7 +170,7 @@ class MegabloxGMM(Workload):
         nbytes = (in_groups * k + int((sizes > 0).sum()) * k * n + m * n) * itemsize + sizes.size * 4
         return float(nbytes), 2.0 * k * n * in_groups
 
-    def schedule_space(self, config):
+    def _schedule_space(self, config):
         dt = str(jnp.dtype(config["dtype"]))
         dims = {"tm": ("M", rows(config)), "tk": ("emb_dim", config["emb_dim"]),
                 "tn": ("moe_mlp_dim", config["moe_mlp_dim"])}

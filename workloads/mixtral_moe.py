@@ -134,7 +134,7 @@ class MixtralMoE(Workload):
         nbytes = (t * d + d * e + int(used.sum()) * 3 * d * f) * itemsize + t * d * 4  # f32 output
         return float(nbytes), 2.0 * t * d * e + 2.0 * t * k * 3 * d * f
 
-    def schedule_space(self, config):
+    def _schedule_space(self, config):
         dt = str(jnp.dtype(config["dtype"]))
         tokens = config["batch"] * config["seq_len"]
         d, f = config["emb_dim"], config["mlp_dim"]

@@ -153,7 +153,7 @@ class MLAAttention(Workload):
         attn = 2 * B * H * causal_pairs(S) * (nope + rope + vd)
         return float(io_bytes(self, config)), float(proj + attn)
 
-    def schedule_space(self, config):
+    def _schedule_space(self, config):
         dt = str(jnp.dtype(config["dtype"]))
         seq, dqk, dv = config["seq_len"], config["qk_nope_head_dim"] + config["qk_rope_head_dim"], config["v_head_dim"]
         dims = {"block_q": ("seq_len", seq), "block_k": ("seq_len", seq)}

@@ -181,7 +181,7 @@ class PagedAttention(Workload):
                   + kv_lens.nbytes + pages.nbytes + cu.nbytes)
         return float(nbytes), 2.0 * 2 * hq * d * float(kv_lens[:n].sum())
 
-    def schedule_space(self, config):
+    def _schedule_space(self, config):
         dt = str(jnp.dtype(config["dtype"]))
         d, ps, hkv, hq = config["head_dim"], config["page_size"], config["num_kv_heads"], config["num_query_heads"]
         dims = {"pages_per_block": ("pages_per_seq", config["pages_per_seq"])}

@@ -78,7 +78,7 @@ class RaggedDot(Workload):
     def reference(self, config, x, weights):
         return jnp.einsum("gmk,gkn->gmn", x, weights)
 
-    def schedule_space(self, config):
+    def _schedule_space(self, config):
         dt = str(jnp.dtype(config["dtype"]))
         dims = {"block_m": ("M/num_groups", config["M"] // config["num_groups"]),
                 "block_k": ("K", config["K"]), "block_n": ("N", config["N"])}

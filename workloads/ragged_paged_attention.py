@@ -246,7 +246,7 @@ class RaggedPagedAttention(Workload):
                   + kv_lens.nbytes + pages.nbytes + cu.nbytes + num_seqs.nbytes)
         return float(nbytes), 2.0 * 2 * hq * d * pairs
 
-    def schedule_space(self, config):
+    def _schedule_space(self, config):
         """Every schedule is illegal (with the reason) for a config the template cannot serve."""
         dt = str(jnp.dtype(config["dtype"]))
         d, ps, hkv, hq = config["head_dim"], config["page_size"], config["num_kv_heads"], config["num_q_heads"]

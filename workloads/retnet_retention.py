@@ -93,7 +93,7 @@ class RetNetRetention(Workload):
         flops = b * sum(2 * d * p + min(2 * d * p, 4 * s * d * d) for p in pairs.tolist())
         return float(io_bytes(self, config)), float(flops)
 
-    def schedule_space(self, config):
+    def _schedule_space(self, config):
         dt = str(jnp.dtype(config["dtype"]))
         seq, d = config["seq_len"], config["head_dim"]
         dims = {"block_q": ("seq_len", seq), "block_k": ("seq_len", seq)}

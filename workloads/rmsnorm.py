@@ -77,7 +77,7 @@ class RMSNorm(Workload):
         normed = xf * jax.lax.rsqrt(ms + config["epsilon"])
         return normed.astype(x.dtype) * scale
 
-    def schedule_space(self, config):
+    def _schedule_space(self, config):
         dt = str(jnp.dtype(config["dtype"]))
         rows = config["batch"] * config["seq_len"]
         emb = config["emb_dim"]

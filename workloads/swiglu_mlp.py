@@ -92,7 +92,7 @@ class SwiGLUMLP(Workload):
     def reference(self, config, x, gate, up, down):
         return (jax.nn.silu(x @ gate) * (x @ up)) @ down
 
-    def schedule_space(self, config):
+    def _schedule_space(self, config):
         dt = str(jnp.dtype(config["dtype"]))
         tokens = config["batch"] * config["seq_len"]
         dims = {"block_tokens": ("batch*seq_len", tokens), "block_mlp": ("mlp_dim", config["mlp_dim"]),

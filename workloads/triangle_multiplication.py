@@ -112,7 +112,7 @@ class TriangleMultiplication(Workload):
         t = t / jnp.sqrt(jnp.mean(jnp.square(t), axis=-1, keepdims=True) + 1e-6) * center_scale
         return jnp.dot(t, out_proj) * jax.nn.sigmoid(jnp.dot(pair_act, out_gate))
 
-    def schedule_space(self, config):
+    def _schedule_space(self, config):
         dt = str(jnp.dtype(config["dtype"]))
         n = config["N"]
         dims = {"block_c": ("C", config["C"]), "block_i": ("N", n), "block_j": ("N", n), "block_k": ("N", n),

@@ -97,7 +97,7 @@ def build(workload, trace: Callable[[Mapping[str, Any]], Any], schedule: Mapping
     """The relaxed model of a kernel around ``schedule``: one trace at it and one per knob.
     ``trace(schedule)`` returns the jaxpr of the kernel's module at that schedule (the
     caller decides whose code may run in its process)."""
-    space = workload.space()
+    space = workload.schedule_space()
     knobs = block_knobs(space)
     if not knobs:
         raise ValueError(f"{workload.name}'s schedule space has no block-size knob to relax")
