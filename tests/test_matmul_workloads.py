@@ -169,6 +169,7 @@ SCHEDULES = [
     ("gemm_divide_sum_scaling", {**WHOLE_ROWS, "fold": "weights"}),
     ("matmul_sum_max_avgpool_logsumexp_logsumexp", {**WHOLE_ROWS, "block_k": 512, "fold": "weights"}),
     ("bmm_instancenorm_sum_residualadd_multiply", {**TILED, "gemm": "skipped"}),
+    ("matmul_avgpool_gelu_scale_max", {**WHOLE_ROWS, "fold": "weights"}),
 ]
 
 

@@ -726,6 +726,9 @@ class MatmulAvgpoolGeluScaleMax(RowMatmulWorkload):
         m, k, n = config["batch_size"], config["in_features"], config["out_features"]
         return float(io_bytes(self, config)), 2.0 * m * k * (n // config["pool_kernel_size"])
 
+    extra_knobs = (Knob("fold", ("none", "weights"), "none",
+                        "'weights': the average pool after the matmul folded into it: x @ (w's pooled "
+                        "columns) + pooled b, pool_kernel_size times fewer FLOPs, exact up to rounding"),)
     template_part = """
     def epilogue(acc, b):
         # Each column holds its pool's mean, repeated, so the row max is the max over pools.
@@ -733,7 +736,43 @@ class MatmulAvgpoolGeluScaleMax(RowMatmulWorkload):
         return jnp.max(gelu(pooled) * CONFIG["scale_factor"], axis=-1, keepdims=True)
 
 
+    def pooled_epilogue(acc, b):
+        return jnp.max(gelu(acc + b) * CONFIG["scale_factor"], axis=-1, keepdims=True)
+
+
+    def pool_kernel(w_ref, o_ref):
+        # Mosaic cannot split lanes into (pools, pool): a block-averaging matrix on the MXU
+        # does it, exactly (1/pool is a power of two here or rounds once), accumulating in f32.
+        cols, pooled = w_ref.shape[1], o_ref.shape[1]
+        p = cols // pooled
+        avg = jnp.where(jax.lax.broadcasted_iota(jnp.int32, (cols, pooled), 0) // p
+                        == jax.lax.broadcasted_iota(jnp.int32, (cols, pooled), 1), 1.0 / p, 0.0)
+        o_ref[...] = jnp.dot(w_ref[...], avg.astype(w_ref.dtype),
+                             preferred_element_type=jnp.float32).astype(o_ref.dtype)
+
+
+    def pool_columns(w):
+        \"\"\"(K, N) -> (K, N / pool): each run of pool_kernel_size columns averaged.\"\"\"
+        k, n = w.shape
+        pooled = n // CONFIG["pool_kernel_size"]
+        cols = min(n, 128 * CONFIG["pool_kernel_size"])  # 128 pooled columns (one lane tile) per block
+        cols = cols if n % cols == 0 else n
+        rows = min(k, 512)
+        return pl.pallas_call(
+            pool_kernel, grid=(k // rows, n // cols),
+            in_specs=[pl.BlockSpec((rows, cols), lambda i, j: (i, j))],
+            out_specs=pl.BlockSpec((rows, cols * pooled // n), lambda i, j: (i, j)),
+            out_shape=jax.ShapeDtypeStruct((k, pooled), w.dtype),
+            compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel")),
+        )(w)
+
+
     def workload(x, w, b):
+        if SCHEDULE["fold"] == "weights":
+            p = CONFIG["pool_kernel_size"]
+            bp = b.astype(jnp.float32).reshape(1, -1, p).mean(-1)  # N floats
+            return fused_matmul(x, pool_columns(w), (bp,), epilogue=pooled_epilogue, out_cols=1,
+                                **tiling())[:, 0]
         return fused_matmul(x, w, (row(b),), epilogue=epilogue, out_cols=1, **tiling())[:, 0]
     """
 
