@@ -170,6 +170,10 @@ SCHEDULES = [
     ("matmul_sum_max_avgpool_logsumexp_logsumexp", {**WHOLE_ROWS, "block_k": 512, "fold": "weights"}),
     ("bmm_instancenorm_sum_residualadd_multiply", {**TILED, "gemm": "skipped"}),
     ("matmul_avgpool_gelu_scale_max", {**WHOLE_ROWS, "fold": "weights"}),
+    # Row reductions carried across N tiles (online): sum, logsumexp, min over group norms.
+    ("matmul_sigmoid_sum", {**WHOLE_ROWS, "block_k": 512, "block_n": 512}),
+    ("matmul_scale_residualadd_clamp_logsumexp_mish", {**WHOLE_ROWS, "block_k": 512, "block_n": 1024}),
+    ("gemm_groupnorm_min_biasadd", {**WHOLE_ROWS, "block_k": 512, "block_n": 512}),
 ]
 
 

@@ -88,6 +88,9 @@ class MatmulWorkload(kb.KernelBenchWorkload):
     group_key: str | None = None  # config key of a group count, for epilogues that norm groups of columns
     template_part = ""  # the workload's epilogue(s) and workload(*inputs), template source
     extra_knobs: tuple[Knob, ...] = ()  # structural choices its template part reads from SCHEDULE
+    # A whole-row epilogue that is a row reduction the kernel can carry across N tiles: the
+    # space gets block_n back, whole rows (block_n = N) by default.
+    online_rows = False
 
     @property
     def check_overrides(self):
@@ -159,6 +162,10 @@ class MatmulWorkload(kb.KernelBenchWorkload):
                  Knob("block_k", BLOCKS_K, 512 if self.whole_rows else 1024, "contraction depth per grid step")]
         if not self.whole_rows:
             knobs.append(Knob("block_n", BLOCKS_N, 1024, "output columns per grid step"))
+        elif self.online_rows:
+            knobs.append(Knob("block_n", tuple(sorted({*BLOCKS_N, n})), n,
+                              f"output columns per grid step: {n} keeps whole rows, fewer carries the row "
+                              "reduction across tiles"))
         knobs += [Knob("buffers", (1, 2), 2, "pipeline buffers for the x and w blocks"),
                   Knob("vmem_limit_mib", VMEM_LIMITS_MIB, 96 if self.whole_rows else 32,
                        "scoped VMEM the compiler may use (MiB)"), *self.extra_knobs]

@@ -509,15 +509,16 @@ class MatmulScaleResidualaddClampLogsumexpMish(RowMatmulWorkload):
         lse = jax.nn.logsumexp(v, axis=1, keepdims=True)
         return lse * (lse * jnp.tanh(jnp.logaddexp(lse, 0)))
 
+    online_rows = True
     template_part = """
     def epilogue(acc, b):
         v = (acc + b) * CONFIG["scale_factor"]
-        lse = logsumexp_rows(jnp.clip(v + v, CONFIG["clamp_min"], CONFIG["clamp_max"]))
-        return lse * mish(lse)
+        return lse_carries(jnp.clip(v + v, CONFIG["clamp_min"], CONFIG["clamp_max"]))
 
 
     def workload(x, w, b):
-        return fused_matmul(x, w, (row(b),), epilogue=epilogue, transpose_w=True, out_cols=1, **tiling())
+        return fused_matmul(x, w, (row(b),), epilogue=epilogue, transpose_w=True, out_cols=1,
+                            reduction=logsumexp_reduction(lambda lse: lse * mish(lse)), **tiling())
     """
 
 
@@ -580,13 +581,14 @@ class MatmulSigmoidSum(RowMatmulWorkload):
     def reference(self, config, x, w, b):
         return jnp.sum(jax.nn.sigmoid(linear(x, w, b)), axis=1, keepdims=True)
 
+    online_rows = True
     template_part = """
     def epilogue(acc, b):
-        return jnp.sum(jax.nn.sigmoid(acc + b), axis=-1, keepdims=True)
+        return (jnp.sum(jax.nn.sigmoid(acc + b), axis=-1, keepdims=True),)
 
 
     def workload(x, w, b):
-        return fused_matmul(x, w, (row(b),), epilogue=epilogue, out_cols=1, **tiling())
+        return fused_matmul(x, w, (row(b),), epilogue=epilogue, out_cols=1, reduction=SUM_REDUCTION, **tiling())
     """
 
 
@@ -624,15 +626,16 @@ class GemmGroupnormMinBiasadd(RowMatmulWorkload):
         v = group_norm(linear(x, w, lin_b, transpose=True), config["num_groups"], gn_weight, gn_bias)
         return jnp.min(v, axis=1, keepdims=True).reshape(1, 1, -1, 1) + bias
 
+    online_rows = True
     template_part = """
     def epilogue(acc, lin_b, gn_weight, gn_bias):
         group = CONFIG["out_features"] // CONFIG["num_groups"]
-        return jnp.min(group_norm(acc + lin_b, group, 1e-5, gn_weight, gn_bias), axis=-1, keepdims=True)
+        return (jnp.min(group_norm(acc + lin_b, group, 1e-5, gn_weight, gn_bias), axis=-1, keepdims=True),)
 
 
     def workload(x, w, lin_b, gn_weight, gn_bias, bias):
         m = fused_matmul(x, w, (row(lin_b), row(gn_weight), row(gn_bias)), epilogue=epilogue,
-                         transpose_w=True, out_cols=1, **tiling())
+                         transpose_w=True, out_cols=1, reduction=MIN_REDUCTION, **tiling())
         return m.reshape(1, 1, -1, 1) + bias
     """
 

@@ -35,6 +35,39 @@ def fused_matmul_kernel(x_ref, w_ref, *refs, epilogue, transpose_w, n_operands):
         o_ref[...] = epilogue(acc_ref[...], *(r[...] for r in operand_refs)).astype(o_ref.dtype)
 
 
+def row_reduce_kernel(x_ref, w_ref, *refs, epilogue, combine, finish, transpose_w, n_operands):
+    """fused_matmul_kernel over tiles of a row: at each tile's last K step the epilogue maps
+    it to per-row carries (a tuple of (bm, 1) arrays), merged with ``combine`` across the
+    row's N tiles; the last tile writes ``finish(carries)``."""
+    operand_refs, (o_ref, acc_ref, carry_ref) = refs[:n_operands], refs[n_operands:]
+    j, k = pl.program_id(1), pl.program_id(2)
+
+    @pl.when(k == 0)
+    def _init():
+        acc_ref[...] = jnp.zeros_like(acc_ref)
+
+    contract = ((1,), (1,)) if transpose_w else ((1,), (0,))
+    acc_ref[...] += jax.lax.dot_general(x_ref[...], w_ref[...], (contract, ((), ())),
+                                        preferred_element_type=jnp.float32)
+
+    def carries():
+        return tuple(carry_ref[c][:, :1] for c in range(carry_ref.shape[0]))
+
+    def store(values):
+        for c, v in enumerate(values):
+            carry_ref[c] = jnp.broadcast_to(v, carry_ref.shape[1:])
+
+    @pl.when(k == pl.num_programs(2) - 1)
+    def _tile_done():
+        part = epilogue(acc_ref[...], *(r[...] for r in operand_refs))
+        pl.when(j == 0)(lambda: store(part))
+        pl.when(j > 0)(lambda: store(combine(carries(), part)))
+
+        @pl.when(j == pl.num_programs(1) - 1)
+        def _row_done():
+            o_ref[...] = finish(carries()).astype(o_ref.dtype)
+
+
 def _operand_spec(shape, bm, bn):
     """Operands are per-column vectors (1, N), full tiles (M, N) or scalars (1, 1)."""
     if shape[0] == 1:
@@ -42,15 +75,25 @@ def _operand_spec(shape, bm, bn):
     return pl.BlockSpec((bm, bn), lambda i, j, k: (i, j))
 
 
-@functools.partial(jax.jit, static_argnames=("epilogue", "transpose_w", "out_cols", "bm", "bk", "bn",
-                                             "buffers", "vmem_limit_mib"))
-def fused_matmul(x, w, operands=(), *, epilogue, transpose_w=False, out_cols=None, bm, bk, bn=None,
-                 buffers=2, vmem_limit_mib=32):
+@functools.partial(jax.jit, static_argnames=("epilogue", "transpose_w", "out_cols", "reduction", "bm", "bk",
+                                             "bn", "buffers", "vmem_limit_mib"))
+def fused_matmul(x, w, operands=(), *, epilogue, transpose_w=False, out_cols=None, reduction=None, bm, bk,
+                 bn=None, buffers=2, vmem_limit_mib=32):
     """epilogue(x @ w) over (bm, bn) tiles. ``out_cols`` set: the epilogue reduces whole
-    rows to ``out_cols`` columns (needs bn = N)."""
+    rows to ``out_cols`` columns (needs bn = N), unless a ``reduction`` says how: then the
+    epilogue maps each (bm, bn) tile to per-row carries and ``reduction`` is
+    (combine, finish, number of carries), see ``row_reduce_kernel``."""
     m, kdim = x.shape
     n = w.shape[0] if transpose_w else w.shape[1]
     bn = bn or n
+    if reduction is not None:
+        combine, finish, n_carries = reduction
+        if bn == n:  # one tile per row: its carries are the row's
+            return fused_matmul(x, w, operands, epilogue=lambda *a: finish(epilogue(*a)), transpose_w=transpose_w,
+                                out_cols=out_cols, bm=bm, bk=bk, bn=bn, buffers=buffers,
+                                vmem_limit_mib=vmem_limit_mib)
+        return _row_reduce(x, w, operands, epilogue, combine, finish, n_carries, transpose_w, out_cols, bm, bk, bn,
+                           buffers, vmem_limit_mib)
     pipeline = {} if buffers == 2 else {"pipeline_mode": pl.Buffered(buffers)}
     if transpose_w:
         w_spec = pl.BlockSpec((bn, bk), lambda i, j, k: (j, k), **pipeline)
@@ -134,6 +177,49 @@ def folded_matmul(x, w, operands=(), *, epilogue, transpose_w=False, bm, bk, bn=
         scratch_shapes=[pltpu.VMEM((bm, 1), jnp.float32)],
         compiler_params=params,
     )(x, sums.reshape(1, kdim), *operands)
+
+
+def _row_reduce(x, w, operands, epilogue, combine, finish, n_carries, transpose_w, out_cols, bm, bk, bn, buffers,
+                vmem_limit_mib):
+    m, kdim = x.shape
+    n = w.shape[0] if transpose_w else w.shape[1]
+    pipeline = {} if buffers == 2 else {"pipeline_mode": pl.Buffered(buffers)}
+    w_spec = (pl.BlockSpec((bn, bk), lambda i, j, k: (j, k), **pipeline) if transpose_w
+              else pl.BlockSpec((bk, bn), lambda i, j, k: (k, j), **pipeline))
+    kernel = functools.partial(row_reduce_kernel, epilogue=epilogue, combine=combine, finish=finish,
+                               transpose_w=transpose_w, n_operands=len(operands))
+    return pl.pallas_call(
+        kernel,
+        grid=(m // bm, n // bn, kdim // bk),
+        in_specs=[pl.BlockSpec((bm, bk), lambda i, j, k: (i, k), **pipeline), w_spec,
+                  *(_operand_spec(a.shape, bm, bn) for a in operands)],
+        out_specs=pl.BlockSpec((bm, out_cols), lambda i, j, k: (i, 0)),  # written at the row's last tile
+        out_shape=jax.ShapeDtypeStruct((m, out_cols), x.dtype),
+        scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32), pltpu.VMEM((n_carries, bm, 128), jnp.float32)],
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary", "arbitrary"),
+                                             vmem_limit_bytes=vmem_limit_mib * 2**20),
+    )(x, w, *operands)
+
+
+# Row reductions as (combine, finish, carries) for fused_matmul's ``reduction``.
+def _lse_combine(a, b):
+    top = jnp.maximum(a[0], b[0])
+    return top, a[1] * jnp.exp(a[0] - top) + b[1] * jnp.exp(b[0] - top)
+
+
+def lse_carries(v):
+    """A tile's logsumexp carries: row max and the sum of exp(v - max)."""
+    top = jnp.max(v, axis=-1, keepdims=True)
+    return top, jnp.sum(jnp.exp(v - top), axis=-1, keepdims=True)
+
+
+def logsumexp_reduction(then=lambda lse: lse):
+    return (_lse_combine, lambda c: then(c[0] + jnp.log(c[1])), 2)
+
+
+SUM_REDUCTION = (lambda a, b: (a[0] + b[0],), lambda c: c[0], 1)
+MIN_REDUCTION = (lambda a, b: (jnp.minimum(a[0], b[0]),), lambda c: c[0], 1)
+MAX_REDUCTION = (lambda a, b: (jnp.maximum(a[0], b[0]),), lambda c: c[0], 1)
 
 
 def tiling():
