@@ -18,17 +18,21 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 
-def fused_matmul_kernel(x_ref, w_ref, *refs, epilogue, transpose_w, n_operands):
-    operand_refs, (o_ref, acc_ref) = refs[:n_operands], refs[n_operands:]
-    k = pl.program_id(2)
-
-    @pl.when(k == 0)
+def accumulate(x_ref, w_ref, acc_ref, transpose_w):
+    """acc += x @ w (or x @ w.T) in f32, from zero at the first K step (grid axis 2)."""
+    @pl.when(pl.program_id(2) == 0)
     def _init():
         acc_ref[...] = jnp.zeros_like(acc_ref)
 
     contract = ((1,), (1,)) if transpose_w else ((1,), (0,))
     acc_ref[...] += jax.lax.dot_general(x_ref[...], w_ref[...], (contract, ((), ())),
                                         preferred_element_type=jnp.float32)
+
+
+def fused_matmul_kernel(x_ref, w_ref, *refs, epilogue, transpose_w, n_operands):
+    operand_refs, (o_ref, acc_ref) = refs[:n_operands], refs[n_operands:]
+    k = pl.program_id(2)
+    accumulate(x_ref, w_ref, acc_ref, transpose_w)
 
     @pl.when(k == pl.num_programs(2) - 1)
     def _finish():
@@ -41,14 +45,7 @@ def row_reduce_kernel(x_ref, w_ref, *refs, epilogue, combine, finish, transpose_
     row's N tiles; the last tile writes ``finish(carries)``."""
     operand_refs, (o_ref, acc_ref, carry_ref) = refs[:n_operands], refs[n_operands:]
     j, k = pl.program_id(1), pl.program_id(2)
-
-    @pl.when(k == 0)
-    def _init():
-        acc_ref[...] = jnp.zeros_like(acc_ref)
-
-    contract = ((1,), (1,)) if transpose_w else ((1,), (0,))
-    acc_ref[...] += jax.lax.dot_general(x_ref[...], w_ref[...], (contract, ((), ())),
-                                        preferred_element_type=jnp.float32)
+    accumulate(x_ref, w_ref, acc_ref, transpose_w)
 
     def carries():
         return tuple(carry_ref[c][:, :1] for c in range(carry_ref.shape[0]))
