@@ -136,7 +136,8 @@ def test_space_rejects_impossible_schedules():
     tiles = workloads.get("gemm_add_relu")
     default = tiles.schedule_space().default()
     assert "divide" in workloads.get("gemm_add_relu", {"batch_size": 384}).schedule_space().check(default)
-    assert "VMEM" in tiles.schedule_space().check({**default, "block_m": 1024, "block_k": 2048, "block_n": 2048})
+    # The largest tiles fit the template's fixed 100 MiB scoped limit; whole 8192-wide rows do not.
+    assert tiles.schedule_space().check({**default, "block_m": 1024, "block_k": 2048, "block_n": 2048}) is None
     rows = workloads.get("matmul_dropout_softmax")
     assert "block_n" not in rows.schedule_space().names
     assert "VMEM" in rows.schedule_space().check({**rows.schedule_space().default(), "block_m": 1024})
@@ -156,7 +157,7 @@ def test_bad_configs_raise(name, config):
 
 
 TILED = {"block_m": 256, "block_k": 512, "block_n": 512, "buffers": 1}
-WHOLE_ROWS = {"block_m": 256, "block_k": 1024, "buffers": 1, "vmem_limit_mib": 64}
+WHOLE_ROWS = {"block_m": 256, "block_k": 1024, "buffers": 1}
 SCHEDULES = [
     ("matmul_subtract_multiply_relu", TILED),
     ("matmul_swish_sum_groupnorm", TILED),
@@ -202,7 +203,7 @@ def test_blocks_larger_than_the_check_size_climb_the_ladder_rather_than_fail(eva
     from jaxbench_env.candidate import Candidate
 
     wl = workloads.get("gemm_add_relu")
-    schedule = {**wl.schedule_space().default(), "block_m": 1024, "block_k": 512, "block_n": 1024, "vmem_limit_mib": 32}
+    schedule = {**wl.schedule_space().default(), "block_m": 1024, "block_k": 512, "block_n": 1024}
     assert wl.schedule_space().check(schedule) is None and wl.check_rungs()[0]["batch_size"] < 1024
     result = evaluators("gemm_add_relu").evaluate(Candidate(wl.template_source(), schedule))
     assert result.correct and result.error is None, result.error

@@ -46,7 +46,7 @@ FOLD = Knob("fold", ("none", "weights"), "none",
 BLOCKS_M = (128, 256, 512, 1024)
 BLOCKS_K = (256, 512, 1024, 2048)
 BLOCKS_N = (256, 512, 1024, 2048)
-VMEM_LIMITS_MIB = (32, 64, 96)  # v6e has 128 MiB of VMEM; 32 MiB is the default scoped limit
+VMEM_LIMIT = 100 * 2**20  # the template's scoped VMEM limit (templates/matmul_family.py)
 CHECK_ROWS, CHECK_DEPTH = 512, 1024
 
 
@@ -156,7 +156,7 @@ class MatmulWorkload(kb.KernelBenchWorkload):
             # The epilogue's f32 temporaries: about three tiles (e.g. softmax's exp and sum).
             need = (matmul_vmem_bytes(s["block_m"], s["block_k"], bn, s["buffers"], dt)
                     + 3 * tile_bytes((s["block_m"], bn), "float32"))
-            return indivisible(dims, s) or over_vmem(need, s["vmem_limit_mib"] * 2**20)
+            return indivisible(dims, s) or over_vmem(need, VMEM_LIMIT)
 
         knobs = [Knob("block_m", BLOCKS_M, 128 if self.whole_rows else 512, "rows of x and of the output per grid step"),
                  Knob("block_k", BLOCKS_K, 512 if self.whole_rows else 1024, "contraction depth per grid step")]
@@ -166,7 +166,5 @@ class MatmulWorkload(kb.KernelBenchWorkload):
             knobs.append(Knob("block_n", tuple(sorted({*BLOCKS_N, n})), n,
                               f"output columns per grid step: {n} keeps whole rows, fewer carries the row "
                               "reduction across tiles"))
-        knobs += [Knob("buffers", (1, 2), 2, "pipeline buffers for the x and w blocks"),
-                  Knob("vmem_limit_mib", VMEM_LIMITS_MIB, 96 if self.whole_rows else 32,
-                       "scoped VMEM the compiler may use (MiB)"), *self.extra_knobs]
+        knobs += [Knob("buffers", (1, 2), 2, "pipeline buffers for the x and w blocks"), *self.extra_knobs]
         return ScheduleSpace(knobs, check)

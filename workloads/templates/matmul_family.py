@@ -17,6 +17,10 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+# The scoped VMEM every kernel here may use: above the 32 MiB default so whole rows fit;
+# v6e has 128 MiB.
+VMEM_LIMIT = 100 * 2**20
+
 
 def accumulate(x_ref, w_ref, acc_ref, transpose_w):
     """acc += x @ w (or x @ w.T) in f32, from zero at the first K step (grid axis 2)."""
@@ -73,9 +77,9 @@ def _operand_spec(shape, bm, bn):
 
 
 @functools.partial(jax.jit, static_argnames=("epilogue", "transpose_w", "out_cols", "reduction", "bm", "bk",
-                                             "bn", "buffers", "vmem_limit_mib"))
+                                             "bn", "buffers"))
 def fused_matmul(x, w, operands=(), *, epilogue, transpose_w=False, out_cols=None, reduction=None, bm, bk,
-                 bn=None, buffers=2, vmem_limit_mib=32):
+                 bn=None, buffers=2):
     """epilogue(x @ w) over (bm, bn) tiles. ``out_cols`` set: the epilogue reduces whole
     rows to ``out_cols`` columns (needs bn = N), unless a ``reduction`` says how: then the
     epilogue maps each (bm, bn) tile to per-row carries and ``reduction`` is
@@ -87,10 +91,9 @@ def fused_matmul(x, w, operands=(), *, epilogue, transpose_w=False, out_cols=Non
         combine, finish, n_carries = reduction
         if bn == n:  # one tile per row: its carries are the row's
             return fused_matmul(x, w, operands, epilogue=lambda *a: finish(epilogue(*a)), transpose_w=transpose_w,
-                                out_cols=out_cols, bm=bm, bk=bk, bn=bn, buffers=buffers,
-                                vmem_limit_mib=vmem_limit_mib)
+                                out_cols=out_cols, bm=bm, bk=bk, bn=bn, buffers=buffers)
         return _row_reduce(x, w, operands, epilogue, combine, finish, n_carries, transpose_w, out_cols, bm, bk, bn,
-                           buffers, vmem_limit_mib)
+                           buffers)
     pipeline = {} if buffers == 2 else {"pipeline_mode": pl.Buffered(buffers)}
     if transpose_w:
         w_spec = pl.BlockSpec((bn, bk), lambda i, j, k: (j, k), **pipeline)
@@ -112,7 +115,7 @@ def fused_matmul(x, w, operands=(), *, epilogue, transpose_w=False, out_cols=Non
         out_shape=jax.ShapeDtypeStruct(out_shape, x.dtype),
         scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32)],
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary"),
-                                             vmem_limit_bytes=vmem_limit_mib * 2**20),
+                                             vmem_limit_bytes=VMEM_LIMIT),
     )(x, w, *operands)
 
 
@@ -139,10 +142,8 @@ def row_dot_kernel(x_ref, v_ref, *refs, epilogue, n_operands):
         o_ref[...] = epilogue(acc_ref[...], *(r[...] for r in operand_refs)).astype(o_ref.dtype)
 
 
-@functools.partial(jax.jit, static_argnames=("epilogue", "transpose_w", "bm", "bk", "bn", "buffers",
-                                             "vmem_limit_mib"))
-def folded_matmul(x, w, operands=(), *, epilogue, transpose_w=False, bm, bk, bn=None, buffers=2,
-                  vmem_limit_mib=32):
+@functools.partial(jax.jit, static_argnames=("epilogue", "transpose_w", "bm", "bk", "bn", "buffers"))
+def folded_matmul(x, w, operands=(), *, epilogue, transpose_w=False, bm, bk, bn=None, buffers=2):
     """epilogue(row sums of x @ w), computed as x @ (w summed over its N output columns):
     the reduction folded into the weights, N times fewer FLOPs, exact up to rounding. Two
     kernels: the weight sums (1, K) in f32, then each row of x dotted with them."""
@@ -150,7 +151,7 @@ def folded_matmul(x, w, operands=(), *, epilogue, transpose_w=False, bm, bk, bn=
     n = w.shape[0] if transpose_w else w.shape[1]
     rows = 512 if n % 512 == 0 else n  # output columns summed per step
     params = pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary"),
-                                  vmem_limit_bytes=vmem_limit_mib * 2**20)
+                                  vmem_limit_bytes=VMEM_LIMIT)
     if transpose_w:  # w (N, K): sum over its rows
         w_spec = pl.BlockSpec((rows, bk), lambda k, j: (j, k))
         sums_spec, sums_shape = pl.BlockSpec((1, bk), lambda k, j: (0, k)), (1, kdim)
@@ -176,8 +177,7 @@ def folded_matmul(x, w, operands=(), *, epilogue, transpose_w=False, bm, bk, bn=
     )(x, sums.reshape(1, kdim), *operands)
 
 
-def _row_reduce(x, w, operands, epilogue, combine, finish, n_carries, transpose_w, out_cols, bm, bk, bn, buffers,
-                vmem_limit_mib):
+def _row_reduce(x, w, operands, epilogue, combine, finish, n_carries, transpose_w, out_cols, bm, bk, bn, buffers):
     m, kdim = x.shape
     n = w.shape[0] if transpose_w else w.shape[1]
     pipeline = {} if buffers == 2 else {"pipeline_mode": pl.Buffered(buffers)}
@@ -194,7 +194,7 @@ def _row_reduce(x, w, operands, epilogue, combine, finish, n_carries, transpose_
         out_shape=jax.ShapeDtypeStruct((m, out_cols), x.dtype),
         scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32), pltpu.VMEM((n_carries, bm, 128), jnp.float32)],
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary", "arbitrary"),
-                                             vmem_limit_bytes=vmem_limit_mib * 2**20),
+                                             vmem_limit_bytes=VMEM_LIMIT),
     )(x, w, *operands)
 
 
@@ -222,8 +222,7 @@ MAX_REDUCTION = (lambda a, b: (jnp.maximum(a[0], b[0]),), lambda c: c[0], 1)
 def tiling():
     """The schedule's tiling arguments for fused_matmul."""
     s = SCHEDULE
-    return dict(bm=s["block_m"], bk=s["block_k"], bn=s.get("block_n"), buffers=s["buffers"],
-                vmem_limit_mib=s["vmem_limit_mib"])
+    return dict(bm=s["block_m"], bk=s["block_k"], bn=s.get("block_n"), buffers=s["buffers"])
 
 
 def row(v):
