@@ -143,7 +143,7 @@ def run_workload(name: str, spec: BenchSpec, cache_dir: str | None = None,
         if env is not None:
             env.close()
     row["wall_s"] = time.perf_counter() - t0
-    return {"spec": spec.for_workload(name), "row": row, "records": records}
+    return {"spec": spec.for_workload(name), "versions": code_versions(), "row": row, "records": records}
 
 
 CHECKS = 3  # a timing-only search checks at most this many of its fastest schedules
@@ -263,14 +263,26 @@ def plot(path: Path, spec: BenchSpec, rows: list[dict]) -> None:
 
 # --- the run ---------------------------------------------------------------------------------
 
+def code_versions() -> dict:
+    """What a saved row depends on besides its spec: the evaluation's versions (jax, libtpu,
+    this package's code) and the policies' code."""
+    import policies
+
+    from .evaluation import package_versions, source_digest
+
+    return {**package_versions(), "policies": source_digest(Path(policies.__file__).resolve().parent)}
+
+
 def saved(out: Path, name: str, spec: BenchSpec) -> dict | None:
-    """A finished workload's saved result for this spec, if there is one."""
+    """A finished workload's saved result for this spec and this code, if there is one."""
     path = out / "workloads" / f"{name}.json"
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
     if data.get("spec") != json.loads(json.dumps(spec.for_workload(name), default=str)):
+        return None
+    if data.get("versions") != code_versions():  # other code: its row is not this product's
         return None
     return data if not data.get("row", {}).get("error") else None  # a failed workload is tried again
 

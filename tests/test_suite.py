@@ -99,6 +99,14 @@ def test_bench_writes_the_table_figures_and_plot_and_resumes(cli, tmp_path):
     assert p.returncode == 0, p.stderr[-3000:]
     assert {n: (out / "workloads" / f"{n}.json").stat().st_mtime_ns for n in rows} == saved
     assert json.loads((out / "results.json").read_text())["rows"] == data["rows"]
+    # A row saved by other code (another version of the package, say) is run again.
+    stale = json.loads((out / "workloads" / "rmsnorm.json").read_text())
+    stale["versions"]["code"] = "0" * 64
+    (out / "workloads" / "rmsnorm.json").write_text(json.dumps(stale))
+    p = cli(*args)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert json.loads((out / "workloads" / "rmsnorm.json").read_text())["versions"]["code"] != "0" * 64
+    assert (out / "workloads" / "gemm.json").stat().st_mtime_ns == saved["gemm"]
     # A different spec (more steps) is not mistaken for the saved one.
     p = cli("bench", "--workloads", "rmsnorm", "--policy", "greedy", "--steps", "3", "--out", str(out))
     assert p.returncode == 0, p.stderr[-3000:]
