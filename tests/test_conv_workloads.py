@@ -286,6 +286,13 @@ def test_28k_size_rule_allows_matching_width():
     assert W.config["width"] == 16
 
 
+def test_stacked_taps_are_masked_where_channels_do_not_fill_sublane_tiles():
+    space = CLASSES["25k"]().schedule_space()  # 3 input channels
+    assert "not a multiple of 16" in space.check({**space.default(), "patches": "vmem_im2col"})
+    space = CLASSES["18k"]().schedule_space()  # 64
+    assert space.check({**space.default(), "patches": "vmem_im2col"}) is None
+
+
 SCHEDULES = [
     ("18k", {"block_s": 256, "block_k": 128, "buffers": 1, "patches": "hbm"}),
     ("22k", {"block_k": 128, "buffers": 1, "patches": "hbm"}),
@@ -293,6 +300,10 @@ SCHEDULES = [
     ("33k", {"block_s": 512, "buffers": 1}),
     ("39k", {"block_s": 256, "buffers": 1}),
     ("46k", {"patches": "vmem"}),
+    # The taps stacked into one patch tile in VMEM: a tiled, a whole-image and a 3-D conv.
+    ("18k", {"block_s": 512, "patches": "vmem_im2col"}),
+    ("22k", {"patches": "vmem_im2col"}),
+    ("33k", {"block_s": 512, "patches": "vmem_im2col"}),
 ]
 
 

@@ -12,9 +12,10 @@ one standalone module. Knobs:
 * ``block_k``: patch rows (contraction) per grid step; values at least the contraction
   length mean "all of it" (no padding); smaller ones must divide it padded to 128.
 * ``buffers``: pipeline buffers of the weight and patch (or flat input) blocks.
-* ``patches``: "hbm" (XLA writes the im2col patches, the kernel streams them) or "vmem"
-  (the kernel slices the taps from each sample's flat input held in VMEM; ``block_k`` is
-  then unused).
+* ``patches``: "hbm" (XLA writes the im2col patches, the kernel streams them), "vmem"
+  (the kernel slices the taps from each sample's flat input held in VMEM, one dot per tap;
+  ``block_k`` is then unused) or "vmem_im2col" (those slices stacked into one patch tile in
+  VMEM and one dot; for channel counts that fill whole sublane tiles).
 """
 
 from __future__ import annotations
@@ -130,13 +131,14 @@ class ConvWorkload(KernelBenchWorkload):
         bs = s if self.whole_s else schedule["block_s"]
         out = tile_bytes((out_rows, 1), "float32") if self.reduce_s else tile_bytes((out_rows, bs), dt)
         common = 2 * out + (1 + EPILOGUE_TEMPS) * tile_bytes((rows, bs), "float32")
-        if schedule["patches"] == "vmem":
+        if schedule["patches"] in ("vmem", "vmem_im2col"):
             dims, k = self.window(config)
             taps = k ** len(dims)
             cin = kc // taps
             length = self.flat_input_length(config, bs)
+            stacked = tile_bytes((kc, bs), dt) if schedule["patches"] == "vmem_im2col" else 0  # the patch tile
             return (schedule["buffers"] * tile_bytes((cin, length), dt) + taps * tile_bytes((rows, cin), dt)
-                    + 2 * tile_bytes((cin, length - round_up(s, bs) + bs), dt) + common)
+                    + 2 * tile_bytes((cin, length - round_up(s, bs) + bs), dt) + stacked + common)
         bk = min(schedule["block_k"], kc)
         return schedule["buffers"] * (tile_bytes((rows, bk), dt) + tile_bytes((bk, bs), dt)) + common
 
@@ -144,9 +146,15 @@ class ConvWorkload(KernelBenchWorkload):
         _, kc, _, _ = self.matmul_shape(config)
         kcp = round_up(kc, 128)
 
+        dims, k = self.window(config)
+        cin = kc // k ** len(dims)
+        packing = 32 // (8 * jnp.dtype(config["dtype"]).itemsize)  # rows per sublane group
+
         def check(s):
             if s["patches"] == "hbm" and s["block_k"] < kc and kcp % s["block_k"]:
                 return f"block_k={s['block_k']} does not divide the contraction {kc} padded to {kcp}"
+            if s["patches"] == "vmem_im2col" and cin % (8 * packing):
+                return f"vmem_im2col stacks {cin}-channel slices: not a multiple of {8 * packing} rows"
             return over_vmem(self.vmem_bytes(config, s), VMEM_LIMIT)
 
         knobs = []
@@ -157,9 +165,10 @@ class ConvWorkload(KernelBenchWorkload):
             Knob("block_k", BLOCKS_K, self.default_block_k,
                  f"patch rows per grid step (contraction {kc}: >= that, all of it; below, it is padded to {kcp})"),
             Knob("buffers", (1, 2), 2, "pipeline buffers for the weight and patch blocks (jax 0.10.2 lowers only 1 or 2)"),
-            Knob("patches", ("hbm", "vmem"), self.default_patches,
-                 "im2col by XLA into HBM (streamed in K blocks), or in the kernel from each sample's flat "
-                 "input held in VMEM (block_k unused)"),
+            Knob("patches", ("hbm", "vmem", "vmem_im2col"), self.default_patches,
+                 "im2col by XLA into HBM (streamed in K blocks); or in the kernel from each sample's flat "
+                 "input held in VMEM (block_k unused), one dot per tap, or the taps stacked into one patch "
+                 "tile and one deeper dot"),
         ]
         return ScheduleSpace(knobs, check)
 

@@ -14,7 +14,9 @@ round-trips through HBM before its activation/normalisation. Where P comes from:
 * patches="hbm": XLA writes P (N, KC, Sp) to HBM (one fusion of shifted slices) and the
   kernel streams it in (block_k, block_s) blocks;
 * patches="vmem": the kernel holds each sample's flat input (Cin, L) in VMEM and slices
-  each tap's (Cin, bs) window itself (one dot per tap): no patch matrix in HBM.
+  each tap's (Cin, bs) window itself (one dot per tap): no patch matrix in HBM;
+* patches="vmem_im2col": the same windows stacked into a (taps*Cin, bs) patch tile in VMEM
+  and one dot with the (R, taps*Cin) weights, a deeper contraction for the MXU.
 Two output modes:
 * tile (``reduce=False``): the epilogue maps the (R, bs) tile to an (out_rows, bs) tile.
   ``block_s=None`` makes one block span all of Sp, for epilogues that need whole-image
@@ -90,11 +92,16 @@ def pad_to(a, axis, size):
     return jnp.pad(a, widths)
 
 
-def taps_dot(w_ref, x_ref, s, *, bs, offsets, halo, single):
+def taps_dot(w_ref, x_ref, s, *, bs, offsets, halo, single, concat):
     """In-VMEM im2col: the S block's window [s*bs, s*bs + bs + halo) of the flat input, each
-    tap's weights (R, C) times that tap's shifted (C, bs) slice of the window."""
+    tap's weights (R, C) times that tap's shifted (C, bs) slice of the window; with
+    ``concat``, the slices stacked into one (taps*C, bs) patch tile and a single dot with the
+    (R, taps*C) weights, a contraction taps times deeper for the MXU."""
     start = 0 if single else pl.multiple_of(s * bs, 128)
     win = x_ref[:, pl.ds(start, bs + halo)]
+    if concat:
+        patch = jnp.concatenate([win[:, o:o + bs] for o in offsets], axis=0)
+        return jnp.dot(w_ref[...], patch, preferred_element_type=jnp.float32)
     acc = None
     for t, o in enumerate(offsets):
         part = jnp.dot(w_ref[t], win[:, o:o + bs], preferred_element_type=jnp.float32)
@@ -157,11 +164,12 @@ def conv_matmul(wm, patches, mask, params, *, epilogue, out_rows, reduce, bs, bk
         p_spec = pl.BlockSpec((None, bk, bs), lambda b, s, k: (b, k, s), **pipeline)
         k_steps, taps = kc // bk, None
     else:
-        rows = wm.shape[1]
-        w_spec = pl.BlockSpec(wm.shape, lambda b, s, k: (0, 0, 0))
+        concat = wm.ndim == 2  # (R, taps*C) weights: one dot over the stacked taps
+        rows = wm.shape[0] if concat else wm.shape[1]
+        w_spec = pl.BlockSpec(wm.shape, lambda b, s, k: (0,) * wm.ndim)
         p_spec = pl.BlockSpec((None, *patches.shape[1:]), lambda b, s, k: (b, 0, 0), **pipeline)
         k_steps = 1
-        taps = {"bs": bs, "offsets": offsets, "halo": patches.shape[2] - sp, "single": sp == bs}
+        taps = {"bs": bs, "offsets": offsets, "halo": patches.shape[2] - sp, "single": sp == bs, "concat": concat}
     in_specs = [w_spec, p_spec, pl.BlockSpec((1, bs), lambda b, s, k: (0, s))]
     in_specs += [pl.BlockSpec(p.shape, lambda b, s, k: (0, 0)) for p in params]
     scratch = [pltpu.VMEM((rows, bs), jnp.float32)]
@@ -200,9 +208,9 @@ def conv_nd(x, wm, ksize, params, epilogue, *, block_s, block_k, buffers, patche
     rows = wm.shape[0] if out_rows is None else out_rows
     common = dict(epilogue=epilogue, out_rows=rows, reduce=reduce, bs=bs, buffers=buffers,
                   out_dtype=jnp.float32 if reduce else (out_dtype or x.dtype))
-    if patches == "vmem":
+    if patches in ("vmem", "vmem_im2col"):
         halo = round_up(offsets[-1], 128)
-        wt = wm.reshape(wm.shape[0], len(offsets), -1).transpose(1, 0, 2)
+        wt = wm if patches == "vmem_im2col" else wm.reshape(wm.shape[0], len(offsets), -1).transpose(1, 0, 2)
         y = conv_matmul(wt, flat_input(x, sp + halo), mask, tuple(params), bk=None, offsets=offsets, sp=sp,
                         **common)
     else:
