@@ -273,8 +273,9 @@ def code_versions() -> dict:
     return {**package_versions(), "policies": source_digest(Path(policies.__file__).resolve().parent)}
 
 
-def saved(out: Path, name: str, spec: BenchSpec) -> dict | None:
-    """A finished workload's saved result for this spec and this code, if there is one."""
+def saved(out: Path, name: str, spec: BenchSpec, versions: dict) -> dict | None:
+    """A finished workload's saved result for this spec and this code (``versions``, from
+    ``code_versions``), if there is one."""
     path = out / "workloads" / f"{name}.json"
     try:
         data = json.loads(path.read_text())
@@ -282,7 +283,7 @@ def saved(out: Path, name: str, spec: BenchSpec) -> dict | None:
         return None
     if data.get("spec") != json.loads(json.dumps(spec.for_workload(name), default=str)):
         return None
-    if data.get("versions") != code_versions():  # other code: its row is not this product's
+    if data.get("versions") != versions:  # other code: its row is not this product's
         return None
     return data if not data.get("row", {}).get("error") else None  # a failed workload is tried again
 
@@ -296,7 +297,8 @@ def bench(spec: BenchSpec, names: list[str], out: Path, cache_dir: str | None = 
     """Run ``spec`` over ``names`` (here, or as Ray tasks when ``ray_address`` or
     ``workers`` is given), resuming from ``out``; returns what ``results.json`` holds."""
     (out / "workloads").mkdir(parents=True, exist_ok=True)
-    results = {n: saved(out, n, spec) for n in names}
+    versions = code_versions()
+    results = {n: saved(out, n, spec, versions) for n in names}
     todo = [n for n in names if results[n] is None]
     from tqdm import tqdm
 

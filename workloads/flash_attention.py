@@ -36,8 +36,6 @@ from .base import (
 )
 from .essential import causal_pairs, io_bytes
 
-BLOCKS = (128, 256, 512, 1024, 2048)
-
 
 class FlashAttention(Workload):
     name = "flash_attention"

@@ -39,7 +39,6 @@ from .base import (
 )
 from .essential import causal_pairs, io_bytes
 
-BLOCKS = (128, 256, 512, 1024, 2048)
 CHECK_KV_HEADS = 2
 
 

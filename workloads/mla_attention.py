@@ -54,7 +54,6 @@ from .base import (
 )
 from .essential import causal_pairs, io_bytes
 
-BLOCKS = (128, 256, 512, 1024, 2048)
 # The root-mean-square of x at seeds other than 0 (see the docstring).
 STRUCTURED_X_SCALE = 0.6
 

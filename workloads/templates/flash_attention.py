@@ -41,11 +41,11 @@ def attention_kernel(q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, acc_ref, *, sm_sc
         first_col = kj * block_k + c * sub  # first key position of this sub-block
         k = k_ref[pl.ds(c * sub, sub), :]
         v = v_ref[pl.ds(c * sub, sub), :]
+        q = q_ref[...]
         if scale == "queries":  # a (block_q, head_dim) multiply instead of a (block_q, sub) one
-            q = (q_ref[...].astype(jnp.float32) * sm_scale).astype(q_ref.dtype)
-            s = jax.lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
-        else:
-            s = jax.lax.dot_general(q_ref[...], k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+            q = (q.astype(jnp.float32) * sm_scale).astype(q_ref.dtype)
+        s = jax.lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+        if scale == "scores":
             s = s * sm_scale
         if masked:
             rows = qi * block_q + jax.lax.broadcasted_iota(jnp.int32, s.shape, 0)
