@@ -141,6 +141,11 @@ def test_space_rejects_impossible_schedules():
     rows = workloads.get("matmul_dropout_softmax")
     assert "block_n" not in rows.schedule_space().names
     assert "VMEM" in rows.schedule_space().check({**rows.schedule_space().default(), "block_m": 1024})
+    # A folded variant is priced as the narrow matmul it runs: blocks whole rows cannot take are legal.
+    fold = workloads.get("gemm_divide_sum_scaling")
+    wide = {**fold.schedule_space().default(), "block_m": 512, "block_k": 2048}
+    assert "VMEM" in fold.schedule_space().check(wide)
+    assert fold.schedule_space().check({**wide, "fold": "weights"}) is None
     coarse = workloads.get("matmul_swish_sum_groupnorm", {"num_groups": 8})  # groups of 512 columns
     assert "splits the groups" in coarse.schedule_space().check({**coarse.schedule_space().default(), "block_n": 256})
 

@@ -138,6 +138,11 @@ class MatmulWorkload(kb.KernelBenchWorkload):
         return (f"{family}\n\n# --- {self.name} ({self.jaxbench_id}) ---\n\nSCHEDULE = {schedule!r}\n\n\n"
                 + textwrap.dedent(self.template_part).strip() + "\n")
 
+    def folded_columns(self, config) -> int:
+        """Output columns of the matmul the ``fold`` knob's variant computes: 1 where a row
+        sum is folded into the weights (``FOLD``)."""
+        return 1
+
     def group_size(self, config) -> int | None:
         return config[self.n_key] // config[self.group_key] if self.group_key else None
 
@@ -147,7 +152,8 @@ class MatmulWorkload(kb.KernelBenchWorkload):
         group = self.group_size(config)
 
         def check(s):
-            bn = s.get("block_n", n)
+            # A folded variant's kernel is a matmul as wide as the fold leaves the output.
+            bn = self.folded_columns(config) if s.get("fold", "none") != "none" else s.get("block_n", n)
             dims = {"block_m": (self.m_key, m), "block_k": (self.k_key, k)}
             if "block_n" in s:
                 dims["block_n"] = (self.n_key, n)

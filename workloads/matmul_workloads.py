@@ -732,6 +732,9 @@ class MatmulAvgpoolGeluScaleMax(RowMatmulWorkload):
     extra_knobs = (Knob("fold", ("none", "weights"), "none",
                         "'weights': the average pool after the matmul folded into it: x @ (w's pooled "
                         "columns) + pooled b, pool_kernel_size times fewer FLOPs, exact up to rounding"),)
+
+    def folded_columns(self, config):
+        return config["out_features"] // config["pool_kernel_size"]
     template_part = """
     def epilogue(acc, b):
         # Each column holds its pool's mean, repeated, so the row max is the max over pools.
