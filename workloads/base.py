@@ -128,8 +128,12 @@ class Workload:
     # expert file is then compile-checked only off-TPU (and checked natively on a TPU).
     expert_checks_on_cpu: bool = True
     # Judge low-precision runs against the reference computed in float32, with the
-    # low-precision reference's own error allowed (``pipeline.expected``).
-    float32_check: bool = False
+    # low-precision reference's own error allowed (``judge.expected``): a bf16 reference
+    # rounds every intermediate, and on some seeds that rounding alone nears the tolerance,
+    # so a kernel more accurate than it would fail at random. False only where the
+    # reference makes a discrete choice from rounded values (mixtral's routing), so the
+    # float32 computation is a different answer, not a better one.
+    float32_check: bool = True
 
     def __init__(self, config: Mapping[str, Any] | None = None):
         config = dict(config or {})

@@ -108,7 +108,7 @@ class Conv2dInstanceNormDivide(ConvWorkload):
     inputs), 2.2-2.5e-2 at check size, so a correct kernel computing in f32 can fail
     1e-2/1e-2 against the bf16 reference. Like every KernelBench workload, the check
     compares with the float32 reference and widens the tolerance just as far as the bf16
-    reference's own error needs (``pipeline.expected``): about 5x here. The output has std
+    reference's own error needs (``judge.expected``): about 5x here. The output has std
     0.5 and reaches +-2.3, so a zero output, a constant or the un-normalised conv still fail.
     Check size: batch 2, 20x20. The check's seeds keep conv_bias at the spec's scale (0.02): it
     is constant over each image, so the norm subtracts it, and a larger one only adds bf16
@@ -448,7 +448,7 @@ class Conv2dActivationBatchNorm(ConvWorkload):
     max |ref_bf16 - ref_f32| (same bf16 inputs): 0.31 at check size, 0.89 at 8x64x64: a
     correct f32 kernel fails 1e-1/1e-2 against the bf16 reference (the template did, on
     1 value). The check's float32 comparison widens the tolerance as far as that noise
-    needs (``pipeline.expected``).
+    needs (``judge.expected``).
     """
 
     name = "conv2d_activation_batchnorm"

@@ -94,8 +94,6 @@ class KernelBenchWorkload(Workload):
     positive ints; ``dtype`` must be bfloat16 or float32."""
 
     dims: tuple[str, ...] = ()
-    # In bf16 the references' own rounding reaches the spec's 1e-2 (workloads.md section 7).
-    float32_check = True
 
     def validate_config(self, config):
         require_positive_ints(self.name, config, self.dims)

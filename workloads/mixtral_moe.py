@@ -82,6 +82,7 @@ class MixtralMoE(Workload):
     atol = 1e-1
     rtol = 1e-1
     template_file = "mixtral_moe.py"
+    float32_check = False  # routing is top_k of the bf16 logits: float32 logits route other tokens
 
     def validate_config(self, config):
         require_positive_ints(self.name, config, ("batch", "seq_len", "emb_dim", "mlp_dim", "num_experts",
