@@ -154,6 +154,9 @@ def breakdown(details: dict | None, vmem_bytes: int) -> str:
     """The simulator's (or measurement's) view of a kernel, one line per Pallas kernel."""
     sim = (details or {}).get("sim") or {}
     if not sim:
+        if (details or {}).get("device_kind"):  # the tpu backend times the whole program, not its parts
+            return (f"measured on a {details['device_kind']}: the whole program end to end (median of the timed "
+                    "runs; its time is in the history), no per-kernel breakdown")
         return "(no breakdown for this kernel)"
     ms = lambda s: f"{1e3 * s:.4f} ms"  # noqa: E731
     lines = [f"total {ms(sim['time_s'])}; outside the Pallas kernels (XLA glue) {ms(sim.get('glue_s') or 0.0)}"]

@@ -16,7 +16,7 @@ from policies.llm import LLMPolicy, NoCode, extract_code
 from policies.llm_beam import make_llm_beam
 from policies.llm_client import (BudgetExhausted, ChatClient, LLMError, ReplayClient, Transcript,
                                  read_transcript, replay_check)
-from policies.llm_prompt import (PROMPT_TOKEN_BUDGET, Attempt, Context, code_messages, estimate_tokens,
+from policies.llm_prompt import (PROMPT_TOKEN_BUDGET, Attempt, Context, breakdown, code_messages, estimate_tokens,
                                  load_guide, parse_plans, plan_messages, select_sections)
 from policies.scripted_server import ScriptedServer, rules_script
 
@@ -184,6 +184,9 @@ def test_context_explains_the_score(make_env):
     assert ctx.category == "matmul" and env.unwrapped.source == ctx.source
     assert "XLA baseline" in ctx.header and "predicted by the v6e simulator" in ctx.header
     assert "kernel matmul_kernel: grid (2, 2, 1) (4 steps)" in ctx.profile and "-bound; VMEM" in ctx.profile
+    # the tpu backend's result has the chip, not a simulation: the prompt says what was measured
+    measured = breakdown({"device_kind": "TPU v6 lite"}, 128 << 20)
+    assert "measured on a TPU v6 lite" in measured and "no per-kernel breakdown" in measured
 
 
 # --- one kernel per step ------------------------------------------------------------------------
