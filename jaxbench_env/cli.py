@@ -256,13 +256,8 @@ def cmd_evaluate(args) -> int:
         result = ev.evaluate(Candidate(source, schedule))
     finally:
         ev.close()
-    obj = {"workload": args.workload, "config": ev.workload.config, "backend": result.backend,
-           "timing_source": result.timing_source, "compiled": result.compiled, "correct": result.correct,
-           "max_abs_err": result.max_abs_err, "time_ms": result.time_ms, "baseline_ms": result.baseline_ms,
-           "speedup": result.speedup, "error": result.error, "stage": result.stage, "schedule": schedule,
-           "kernel": args.kernel, "cached": result.cached, "stage_s": result.details.get("stage_s"),
-           "check": result.details.get("check")}
-    if args.json:
+    if args.json:  # the whole result: its details carry the simulator's breakdown and caveats
+        obj = {**result.to_dict(), "config": ev.workload.config, "schedule": schedule, "kernel": args.kernel}
         print(json.dumps(obj, default=str))
         return 0
     word = timing_word(result.timing_source)
@@ -272,6 +267,10 @@ def cmd_evaluate(args) -> int:
     print(f"  time: {fmt_ms(result.time_ms)} ({word}, {result.timing_source})  "
           f"XLA baseline: {fmt_ms(result.baseline_ms)} ({word})")
     print(f"  speedup: {'n/a' if result.speedup is None else f'{result.speedup:.3f}x'}")
+    if result.time_ms is not None and not result.trusted_timing:
+        print(f"  timing NOT trusted: a bound set it ({'; '.join(result.details['sim']['bounds'])})")
+    for caveat in (result.details.get("sim") or {}).get("caveats") or []:
+        print(f"  caveat: {caveat}")
     if result.error:
         print(f"  error: {result.error}")
     return 0

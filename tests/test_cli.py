@@ -49,9 +49,12 @@ def test_evaluate_template_json_and_human(cli):
     assert p.returncode == 0, p.stderr
     obj = json.loads(p.stdout)
     for key in ("workload", "backend", "timing_source", "compiled", "correct", "max_abs_err", "time_ms",
-                "baseline_ms", "speedup", "error"):
+                "baseline_ms", "speedup", "error", "trusted_timing"):
         assert key in obj
-    assert obj["compiled"] and obj["correct"] and obj["error"] is None
+    assert obj["compiled"] and obj["correct"] and obj["error"] is None and obj["trusted_timing"] is True
+    # what a user quoting the number needs to judge it: the simulator's breakdown and caveats
+    sim = obj["details"]["sim"]
+    assert sim["kernels"][0]["steps"] > 0 and "caveats" in sim and sim["bounds"] == []
     assert obj["speedup"] == pytest.approx(obj["baseline_ms"] / obj["time_ms"])
     # Human output (now cached) says the times are predictions of the simulator.
     p = cli("evaluate", "gemm", "--config", SMALL)
