@@ -16,6 +16,10 @@ one standalone module. Knobs:
   (the kernel slices the taps from each sample's flat input held in VMEM, one dot per tap;
   ``block_k`` is then unused) or "vmem_im2col" (those slices stacked into one patch tile in
   VMEM and one dot; for channel counts that fill whole sublane tiles).
+* ``layout`` (2-D convs with an elementwise epilogue: 18k, 34k): "flat" (the above) or
+  "hwnc" (``conv2d_hwnc``: the output in the TPU's device layout of the NCHW result, no
+  relayout copy; block_s, block_k and patches unused), with ``block_h`` output rows and
+  ``block_n`` samples per grid step.
 """
 
 from __future__ import annotations
@@ -75,6 +79,7 @@ class ConvWorkload(KernelBenchWorkload):
     default_block_k = 1024
     default_patches = "vmem"
     group_key: str | None = None  # config key of a GroupNorm's group count, if any
+    hwnc = False  # the epilogue is elementwise on a 2-D conv: the "hwnc" layout can serve it
 
     @property
     def dims(self):
@@ -142,6 +147,32 @@ class ConvWorkload(KernelBenchWorkload):
         bk = min(schedule["block_k"], kc)
         return schedule["buffers"] * (tile_bytes((rows, bk), dt) + tile_bytes((bk, bs), dt)) + common
 
+    def hwnc_samples(self, config, schedule) -> int:
+        """Samples per iteration of ``conv2d_hwnc``'s loop (``min(block_n, N)`` in the template)."""
+        return min(schedule["block_n"], config["batch_size"])
+
+    def hwnc_vmem_bytes(self, config, schedule) -> int:
+        """Estimated scoped VMEM of ``conv2d_hwnc``: double-buffered input rows, halo rows,
+        weights and output rows of every sample, and one output row's stacked slab and f32
+        temporaries for block_n samples."""
+        dt, k = config["dtype"], config["kernel_size"]
+        n, cin, cout, w = config["batch_size"], config["in_channels"], config["out_channels"], config["width"]
+        nb, bh, wo = self.hwnc_samples(config, schedule), schedule["block_h"], w - k + 1
+        return 2 * (tile_bytes(((bh + k - 1) * w * n, cin), dt) + tile_bytes((k * k * cin, cout), dt)
+                    + tile_bytes((bh * wo * n, cout), dt)) \
+            + tile_bytes((wo * nb, k * cin), dt) + (1 + EPILOGUE_TEMPS) * tile_bytes((wo * nb, cout), "float32")
+
+    def hwnc_check(self, config, s) -> str | None:
+        k, n = config["kernel_size"], config["batch_size"]
+        ho, nb = self.out_spatial(config)[0], self.hwnc_samples(config, s)
+        rows = 32 // jnp.dtype(config["dtype"]).itemsize  # sublanes of a tile: the window reshape stays free
+        if k < 2 or ho % s["block_h"] or s["block_h"] % (k - 1):
+            return (f"layout=hwnc: block_h={s['block_h']} must divide the {ho} output rows and be a multiple of "
+                    f"kernel_size-1={k - 1} (the halo block)")
+        if n % nb or (nb != n and nb % rows):
+            return f"layout=hwnc: block_n={nb} must divide batch_size={n} and be a multiple of {rows} (or all of it)"
+        return over_vmem(self.hwnc_vmem_bytes(config, s), VMEM_LIMIT)
+
     def _schedule_space(self, config):
         _, kc, _, _ = self.matmul_shape(config)
         kcp = round_up(kc, 128)
@@ -151,6 +182,8 @@ class ConvWorkload(KernelBenchWorkload):
         packing = 32 // (8 * jnp.dtype(config["dtype"]).itemsize)  # rows per sublane group
 
         def check(s):
+            if s.get("layout") == "hwnc":
+                return self.hwnc_check(config, s)
             if s["patches"] == "hbm" and s["block_k"] < kc and kcp % s["block_k"]:
                 return f"block_k={s['block_k']} does not divide the contraction {kc} padded to {kcp}"
             if s["patches"] == "vmem_im2col" and cin % (8 * packing):
@@ -170,5 +203,14 @@ class ConvWorkload(KernelBenchWorkload):
                  "input held in VMEM (block_k unused), one dot per tap, or the taps stacked into one patch "
                  "tile and one deeper dot"),
         ]
+        if self.hwnc:
+            knobs += [
+                Knob("layout", ("flat", "hwnc"), "flat",
+                     "flat: the im2col kernel above, output relaid out by XLA; hwnc: output rows written in the "
+                     "device layout of the NCHW result (block_s, block_k, patches unused)"),
+                # Larger blocks unroll past what Mosaic compiles in minutes (6 rows x 64 samples did not in 300 s).
+                Knob("block_h", (2, 6), 2, "layout=hwnc: output rows (of every sample) per grid step"),
+                Knob("block_n", (16, 32), 32, "layout=hwnc: samples per iteration of the step's loop"),
+            ]
         return ScheduleSpace(knobs, check)
 

@@ -66,8 +66,10 @@ class Conv2dReluBiasAdd(ConvWorkload):
     defaults = {"batch_size": 128, "in_channels": 64, "out_channels": 128, "kernel_size": 3,
                 "height": 128, "width": 128, "dtype": "bfloat16"}
     check_overrides = {"batch_size": 2, "height": 20, "width": 20}
+    hwnc = True
     template_part = '''
-SCHEDULE = {"block_s": 2048, "block_k": 1024, "buffers": 2, "patches": "vmem"}
+SCHEDULE = {"block_s": 2048, "block_k": 1024, "buffers": 2, "patches": "vmem", "layout": "flat", "block_h": 2,
+            "block_n": 32}
 
 
 def relu_bias_epilogue(acc, mask, conv_bias, bias):
@@ -76,6 +78,9 @@ def relu_bias_epilogue(acc, mask, conv_bias, bias):
 
 def workload(x, w, conv_bias, bias):
     s = SCHEDULE
+    if s["layout"] == "hwnc":
+        return conv2d_hwnc(x, w, (row(conv_bias), row(bias)), relu_bias_epilogue, block_h=s["block_h"],
+                           block_n=s["block_n"])
     return conv_nd(x, tap_major(w), w.shape[2:], (column(conv_bias), column(bias)), relu_bias_epilogue, block_s=s["block_s"], block_k=s["block_k"], buffers=s["buffers"], patches=s["patches"])
 '''
 
@@ -459,8 +464,10 @@ class Conv2dActivationBatchNorm(ConvWorkload):
                 "height": 128, "width": 128, "dtype": "bfloat16"}
     check_overrides = {"batch_size": 4, "height": 20, "width": 20}
     atol = 1e-1
+    hwnc = True
     template_part = '''
-SCHEDULE = {"block_s": 2048, "block_k": 1024, "buffers": 2, "patches": "vmem"}
+SCHEDULE = {"block_s": 2048, "block_k": 1024, "buffers": 2, "patches": "vmem", "layout": "flat", "block_h": 2,
+            "block_n": 32}
 
 
 def mish_epilogue(acc, mask, conv_bias):
@@ -471,12 +478,21 @@ def mish_epilogue(acc, mask, conv_bias):
 
 def workload(x, w, conv_bias, bn_weight, bn_bias):
     s = SCHEDULE
-    y = conv_nd(x, tap_major(w), w.shape[2:], (column(conv_bias),), mish_epilogue,
-                block_s=s["block_s"], block_k=s["block_k"], buffers=s["buffers"], patches=s["patches"]).astype(jnp.float32)
-    mean = jnp.mean(y, axis=(0, 2, 3), keepdims=True)
-    var = jnp.mean(jnp.square(y - mean), axis=(0, 2, 3), keepdims=True)
-    scale = (bn_weight.astype(jnp.float32)[:, None, None] * jax.lax.rsqrt(var + 1e-5))
-    return ((y - mean) * scale + bn_bias.astype(jnp.float32)[:, None, None]).astype(x.dtype)
+    hwnc = s["layout"] == "hwnc"
+    if hwnc:  # (Ho, Wo, N, C): the batch norm runs in the conv's layout, NCHW at the end
+        y = conv2d_hwnc(x, w, (row(conv_bias),), mish_epilogue, block_h=s["block_h"], block_n=s["block_n"],
+                        channels_first=False)
+        axes, channel = (0, 1, 2), (1, 1, 1, -1)
+    else:
+        y = conv_nd(x, tap_major(w), w.shape[2:], (column(conv_bias),), mish_epilogue, block_s=s["block_s"],
+                    block_k=s["block_k"], buffers=s["buffers"], patches=s["patches"])
+        axes, channel = (0, 2, 3), (1, -1, 1, 1)
+    y = y.astype(jnp.float32)
+    mean = jnp.mean(y, axis=axes, keepdims=True)
+    var = jnp.mean(jnp.square(y - mean), axis=axes, keepdims=True)
+    scale = bn_weight.astype(jnp.float32).reshape(channel) * jax.lax.rsqrt(var + 1e-5)
+    out = ((y - mean) * scale + bn_bias.astype(jnp.float32).reshape(channel)).astype(x.dtype)
+    return jnp.transpose(out, (2, 3, 0, 1)) if hwnc else out
 '''
 
     def make_inputs(self, config, seed):

@@ -24,6 +24,17 @@ Two output modes:
 * reduce (``reduce=True``): the epilogue maps the tile to (out_rows, 1) partial sums
   (masked), accumulated over the S blocks into an (N, out_rows) f32 output.
 
+Layout "hwnc" (2-D convs with an elementwise epilogue): the TPU keeps an NCHW conv output
+whose images are not lane-wide (126x126) in its device layout (H, W, N, C), batch and
+channels in the tiles, and XLA's conv writes it so directly. The flat kernel's (N, C, S)
+output costs a whole-array relayout copy and a crop on top. ``conv2d_hwnc`` computes in that
+layout: XLA transposes the input once to (H, W, N, Cin), and each grid step takes block_h
+output rows of every sample, reading its rows plus the K-1 rows below (a second BlockSpec on
+the same input, in (K-1)-row blocks), and loops over the samples block_n at a time; for each
+output row and kernel row the K shifted (Wo*nb, Cin) windows are stacked into one
+(Wo*nb, K*Cin) slab for one dot. The (Ho, Wo, N,
+C) result transposes to NCHW as a bitcast.
+
 The workload's own code (SCHEDULE, epilogue, ``workload``) follows this family code.
 """
 
@@ -223,6 +234,65 @@ def conv_nd(x, wm, ksize, params, epilogue, *, block_s, block_k, buffers, patche
         return y[:, :, 0]
     y = y[:, :, :math.prod(wide)].reshape(y.shape[0], rows, *wide)
     return y[(slice(None), slice(None)) + tuple(slice(0, o) for o in out)]
+
+
+def conv2d_hwnc_kernel(w_ref, x_ref, halo_ref, *refs, epilogue, n_params):
+    params = [r[...] for r in refs[:n_params]]
+    o_ref = refs[n_params]
+    rows, wo, groups, nb, cout = o_ref.shape
+    k, cin = w_ref.shape[0], x_ref.shape[-1]
+
+    def samples(g):
+        def window(row, dj):
+            """Input row ``row`` of this step (its own rows, then the halo's), columns dj..dj+Wo."""
+            ref, r = (x_ref, row) if row < rows else (halo_ref, row - rows)
+            return ref[r, pl.ds(dj, wo), g].reshape(wo * nb, cin)
+
+        for r in range(rows):
+            acc = None
+            for di in range(k):
+                slab = jnp.concatenate([window(r + di, dj) for dj in range(k)], axis=-1)
+                part = jnp.dot(slab, w_ref[di], preferred_element_type=jnp.float32)
+                acc = part if acc is None else acc + part
+            o_ref[r, :, g] = epilogue(acc, None, *params).reshape(wo, nb, cout).astype(o_ref.dtype)
+        return g + 1
+
+    # A while loop, not fori_loop: one group (small check sizes) must lower as several do.
+    jax.lax.while_loop(lambda g: g < groups, samples, jnp.int32(0))
+
+
+@functools.partial(jax.jit, static_argnames=("epilogue", "block_h", "block_n", "channels_first"))
+def conv2d_hwnc(x, w, params, epilogue, *, block_h, block_n, channels_first=True):
+    """Stride-1 VALID 2-D conv of x (N, Cin, H, W) with w (Cout, Cin, K, K), ``epilogue``
+    applied to each (Wo*nb, Cout) f32 row tile with ``params`` as (1, Cout) rows; returns
+    (N, Cout, Ho, Wo), or (Ho, Wo, N, Cout) for glue that goes on in that layout. A grid step
+    takes block_h output rows of every sample and loops over the samples nb = min(block_n, N)
+    at a time; block_h must divide Ho and be a multiple of K-1."""
+    n, cin, h, wd = x.shape
+    cout, _, k, _ = w.shape
+    ho, wo, halo, nb = h - k + 1, wd - k + 1, k - 1, min(block_n, n)
+    # The samples as (groups, nb): the kernel indexes a group and never multiplies by nb, so
+    # the program is the same at every size (a bitcast when nb fills the sublane tiles).
+    xt = jnp.transpose(x, (2, 3, 0, 1)).reshape(h, wd, n // nb, nb, cin)
+    wt = jnp.transpose(w, (2, 3, 1, 0)).reshape(k, k * cin, cout)  # per kernel row: (dj, cin) x cout
+    out = pl.pallas_call(
+        functools.partial(conv2d_hwnc_kernel, epilogue=epilogue, n_params=len(params)),
+        grid=(ho // block_h,),
+        in_specs=[pl.BlockSpec(wt.shape, lambda i: (0, 0, 0)),
+                  pl.BlockSpec((block_h, *xt.shape[1:]), lambda i: (i, 0, 0, 0, 0)),
+                  pl.BlockSpec((halo, *xt.shape[1:]), lambda i: ((i + 1) * block_h // halo, 0, 0, 0, 0))]
+                 + [pl.BlockSpec(p.shape, lambda i: (0, 0)) for p in params],
+        out_specs=pl.BlockSpec((block_h, wo, n // nb, nb, cout), lambda i: (i, 0, 0, 0, 0)),
+        out_shape=jax.ShapeDtypeStruct((ho, wo, n // nb, nb, cout), x.dtype),
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",), vmem_limit_bytes=VMEM_LIMIT),
+    )(wt, xt, xt, *params)
+    out = out.reshape(ho, wo, n, cout)
+    return jnp.transpose(out, (2, 3, 0, 1)) if channels_first else out
+
+
+def row(v):
+    """A per-channel vector as an f32 (1, C) operand of the hwnc kernel's (positions, C) tiles."""
+    return v.reshape(1, -1).astype(jnp.float32)
 
 
 def column(v):
