@@ -18,8 +18,8 @@ one standalone module. Knobs:
   VMEM and one dot; for channel counts that fill whole sublane tiles).
 * ``layout`` (2-D convs with an elementwise epilogue: 18k, 34k): "flat" (the above) or
   "hwnc" (``conv2d_hwnc``: the output in the TPU's device layout of the NCHW result, no
-  relayout copy; block_s, block_k and patches unused), with ``block_h`` output rows and
-  ``block_n`` samples per grid step.
+  relayout copy; block_s, block_k and patches unused), with ``block_h`` output rows per grid step
+  and ``block_n`` samples per iteration of its loop.
 """
 
 from __future__ import annotations
