@@ -29,22 +29,28 @@ import numpy as np  # noqa: E402
 
 import workloads  # noqa: E402
 from jaxbench_env import candidate_process, judge  # noqa: E402
+from jaxbench_env.evaluation import climb_ladder  # noqa: E402
 
 
 def check_program(wl, source: str):
     """The candidate's interpret-mode program and config at the first rung the judge accepts."""
-    rung = 0
-    while True:
+    def at(min_rung):
         request = {"workload": wl.name, "config": wl.config, "source": source, "schedule": {}, "backend": "sim",
-                   "min_rung": rung}
+                   "min_rung": min_rung}
         manifest, blobs = candidate_process.build_artifacts(request)
         if manifest["error"]:
-            raise RuntimeError(manifest["error"])
+            return {"error": manifest["error"], "details": {}}
+        details = {"check_rung": manifest["rung"]}
         try:
             programs, config, _ = judge.verify_request(wl, {**request, "artifacts": blobs, "rung": manifest["rung"]})
-            return programs["check_cpu"], config
-        except judge.SizeBoundary:
-            rung = manifest["rung"] + 1
+        except judge.Rejected as e:
+            return {"error": str(e), "details": {**details, "size_boundary": isinstance(e, judge.SizeBoundary)}}
+        return {"error": None, "details": details, "built": (programs["check_cpu"], config)}
+
+    answer = climb_ladder(len(wl.check_rungs()), at)
+    if answer["error"]:
+        raise RuntimeError(answer["error"])
+    return answer["built"]
 
 
 def used(outs, targets, atol, rtol) -> float:
@@ -58,16 +64,17 @@ def leaves(tree):
 def measure(wl, source: str, seeds) -> np.ndarray:
     program, config = check_program(wl, source)
     run = jax.jit(program.call)
+    ref = jax.jit(lambda *a: wl.reference(config, *a))
     ref32 = jax.jit(lambda *a: wl.reference({**config, "dtype": "float32"}, *a))
     atol, rtol = wl.tolerance(config)
     rows = []
     for seed in seeds:
         inputs = wl.make_inputs(config, seed)
-        ref = leaves(jax.jit(lambda *a: wl.reference(config, *a))(*inputs))
+        bf16 = leaves(ref(*inputs))
         upcast = [a.astype(jnp.float32) if jnp.issubdtype(a.dtype, jnp.floating) else a for a in inputs]
         f32 = leaves(ref32(*upcast))
         out = leaves(run(*inputs))
-        rows.append((used(out, ref, atol, rtol), used(out, f32, atol, rtol), used(ref, f32, atol, rtol)))
+        rows.append((used(out, bf16, atol, rtol), used(out, f32, atol, rtol), used(bf16, f32, atol, rtol)))
     return np.array(rows)
 
 

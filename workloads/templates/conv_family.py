@@ -32,8 +32,8 @@ layout: XLA transposes the input once to (H, W, N, Cin), and each grid step take
 output rows of every sample, reading its rows plus the K-1 rows below (a second BlockSpec on
 the same input, in (K-1)-row blocks), and loops over the samples block_n at a time; for each
 output row and kernel row the K shifted (Wo*nb, Cin) windows are stacked into one
-(Wo*nb, K*Cin) slab for one dot. The (Ho, Wo, N,
-C) result transposes to NCHW as a bitcast.
+(Wo*nb, K*Cin) slab for one dot. The (Ho, Wo, N, C) result transposes to NCHW as a
+bitcast.
 
 The workload's own code (SCHEDULE, epilogue, ``workload``) follows this family code.
 """
