@@ -37,14 +37,19 @@ DEFAULT_SCOPED_VMEM = 32 * 2**20
 DTYPE_BYTES = {"bfloat16": 2, "float32": 4, "float16": 2, "int32": 4, "int8": 1}
 
 
+def tile_rows(dtype) -> int:
+    """Rows of one (rows, 128) VMEM tile: 8 sublanes of 32 bits, packed for narrower dtypes
+    (16 for bfloat16)."""
+    return 8 * max(1, 4 // DTYPE_BYTES[str(dtype)])
+
+
 def tile_bytes(shape, dtype: str = "bfloat16") -> int:
     """VMEM bytes of one tile, padded to the (8, 128) layout Mosaic uses for 2-D tiles."""
     dims = list(shape)
     if len(dims) >= 1:
         dims[-1] = -(-dims[-1] // 128) * 128
     if len(dims) >= 2:
-        sublanes = 8 * (4 // DTYPE_BYTES[dtype]) if DTYPE_BYTES[dtype] < 4 else 8
-        dims[-2] = -(-dims[-2] // sublanes) * sublanes
+        dims[-2] = -(-dims[-2] // tile_rows(dtype)) * tile_rows(dtype)
     return math.prod(dims) * DTYPE_BYTES[dtype]
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 import jax.numpy as jnp
 from jax import lax
 
-from .base import Knob, ScheduleSpace, over_vmem, tile_bytes
+from .base import Knob, ScheduleSpace, over_vmem, tile_bytes, tile_rows
 from .kernelbench import KernelBenchWorkload
 
 # Must match VMEM_LIMIT in templates/conv_family.py (the kernel's vmem_limit_bytes).
@@ -165,7 +165,7 @@ class ConvWorkload(KernelBenchWorkload):
     def hwnc_check(self, config, s) -> str | None:
         k, n = config["kernel_size"], config["batch_size"]
         ho, nb = self.out_spatial(config)[0], self.hwnc_samples(config, s)
-        rows = 32 // jnp.dtype(config["dtype"]).itemsize  # sublanes of a tile: the window reshape stays free
+        rows = tile_rows(config["dtype"])  # whole tiles: the window reshape stays free
         if k < 2 or ho % s["block_h"] or s["block_h"] % (k - 1):
             return (f"layout=hwnc: block_h={s['block_h']} must divide the {ho} output rows and be a multiple of "
                     f"kernel_size-1={k - 1} (the halo block)")
@@ -179,15 +179,15 @@ class ConvWorkload(KernelBenchWorkload):
 
         dims, k = self.window(config)
         cin = kc // k ** len(dims)
-        packing = 32 // (8 * jnp.dtype(config["dtype"]).itemsize)  # rows per sublane group
+        rows = tile_rows(config["dtype"])
 
         def check(s):
             if s.get("layout") == "hwnc":
                 return self.hwnc_check(config, s)
             if s["patches"] == "hbm" and s["block_k"] < kc and kcp % s["block_k"]:
                 return f"block_k={s['block_k']} does not divide the contraction {kc} padded to {kcp}"
-            if s["patches"] == "vmem_im2col" and cin % (8 * packing):
-                return f"vmem_im2col stacks {cin}-channel slices: not a multiple of {8 * packing} rows"
+            if s["patches"] == "vmem_im2col" and cin % rows:
+                return f"vmem_im2col stacks {cin}-channel slices: not a multiple of {rows} rows"
             return over_vmem(self.vmem_bytes(config, s), VMEM_LIMIT)
 
         knobs = []

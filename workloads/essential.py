@@ -39,6 +39,13 @@ def causal_pairs(q_len: int, kv_len: int | None = None) -> int:
     return int(np.clip(kv - q_len + rows + 1, 0, kv).sum())
 
 
+def causal_attention_work(wl, config: Mapping[str, Any], batch: int, heads: int, seq: int,
+                          head_dim: int) -> tuple[float, float]:
+    """(bytes, flops) of a causal self-attention: every input and output once, and QKᵀ and PV
+    only for the S(S+1)/2 (query, key) pairs at or below the diagonal."""
+    return float(io_bytes(wl, config)), 2.0 * 2 * batch * heads * head_dim * causal_pairs(seq)
+
+
 def spec_arrays(wl, config: Mapping[str, Any], pick: Callable) -> Any:
     """``pick(*make_inputs(config, 0))`` as numpy arrays: traced under jit, so the inputs ``pick``
     does not use (the large float arrays) are never drawn."""

@@ -34,7 +34,7 @@ from .base import (
     tile_bytes,
     Workload,
 )
-from .essential import causal_pairs, io_bytes
+from .essential import causal_attention_work
 
 
 class FlashAttention(Workload):
@@ -70,9 +70,8 @@ class FlashAttention(Workload):
         return jnp.einsum("bhqk,bhkd->bhqd", attn, v)
 
     def essential_work(self, config):
-        # Causal: QKᵀ and PV only for the S(S+1)/2 (query, key) pairs at or below the diagonal.
         b, h, s, d = self.shape(config)
-        return float(io_bytes(self, config)), 2.0 * 2 * b * h * d * causal_pairs(s)
+        return causal_attention_work(self, config, b, h, s, d)
 
     def _schedule_space(self, config):
         dt = str(jnp.dtype(config["dtype"]))

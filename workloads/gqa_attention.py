@@ -37,7 +37,7 @@ from .base import (
     tile_bytes,
     Workload,
 )
-from .essential import causal_pairs, io_bytes
+from .essential import causal_attention_work
 
 CHECK_KV_HEADS = 2
 
@@ -104,9 +104,8 @@ class GQAAttention(Workload):
         return out.transpose(0, 2, 1, 3)
 
     def essential_work(self, config):
-        # Causal: QKᵀ and PV only for the S(S+1)/2 (query, key) pairs at or below the diagonal.
-        b, h, d = config["batch"], config["num_query_heads"], config["head_dim"]
-        return float(io_bytes(self, config)), 2.0 * 2 * b * h * d * causal_pairs(config["seq_len"])
+        return causal_attention_work(self, config, config["batch"], config["num_query_heads"], config["seq_len"],
+                                     config["head_dim"])
 
     def _schedule_space(self, config):
         dt = str(jnp.dtype(config["dtype"]))
