@@ -50,6 +50,8 @@ from typing import Callable
 
 import numpy as np
 
+from workloads.base import tile_bytes
+
 GUIDE_CSV = Path(__file__).parent / "data" / "pallas_matmul_guide_v5e.csv"
 WITHIN = 0.10  # the tuned pair counts as found when predicted within 10% of the best pair
 
@@ -274,21 +276,16 @@ def rpa_specs(shape: RpaShape, batch: RpaBatch | None = None) -> list:
             jax.ShapeDtypeStruct((slots + 1,), jnp.int32), jax.ShapeDtypeStruct((1,), jnp.int32)]
 
 
-def _tile_bytes(rows: int, cols: int, itemsize: int) -> int:
-    sublanes = 8 * (4 // itemsize)
-    return -(-rows // sublanes) * sublanes * (-(-cols // 128) * 128) * itemsize
-
-
 def rpa_vmem_bytes(shape: RpaShape, kv_pages: int, q_block: int) -> int:
     """A lower bound on the kernel's VMEM (tile-padded): double-buffered q and output blocks,
     the double KV page buffer, the f32 accumulator and the l and m scratch. Temporaries
     (scores, masks) come on top; the compiler has the last word."""
     hq, hkv, d = shape.num_q_heads, shape.num_kv_heads, shape.head_dim
     ratio = hq // hkv
-    return (4 * q_block * _tile_bytes(hq, d, 2)  # q and o blocks, two buffers each
-            + 2 * kv_pages * shape.page_size * _tile_bytes(2 * hkv, d, 2)  # KV double buffer
-            + q_block * _tile_bytes(hq, d, 4)  # acc (f32)
-            + 2 * hkv * _tile_bytes(q_block * ratio, 128, 4))  # l and m (f32)
+    return (4 * q_block * tile_bytes((hq, d), "bfloat16")  # q and o blocks, two buffers each
+            + 2 * kv_pages * shape.page_size * tile_bytes((2 * hkv, d), "bfloat16")  # KV double buffer
+            + q_block * tile_bytes((hq, d), "float32")  # acc (f32)
+            + 2 * hkv * tile_bytes((q_block * ratio, 128), "float32"))  # l and m (f32)
 
 
 def rpa_pairs(shape: RpaShape, max_pairs: int | None = None) -> list[tuple]:

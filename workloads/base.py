@@ -49,7 +49,8 @@ def tile_bytes(shape, dtype: str = "bfloat16") -> int:
     if len(dims) >= 1:
         dims[-1] = -(-dims[-1] // 128) * 128
     if len(dims) >= 2:
-        dims[-2] = -(-dims[-2] // tile_rows(dtype)) * tile_rows(dtype)
+        rows = tile_rows(dtype)
+        dims[-2] = -(-dims[-2] // rows) * rows
     return math.prod(dims) * DTYPE_BYTES[dtype]
 
 
