@@ -131,12 +131,19 @@ def gridless(x):  # no grid, operands and output in VMEM
                           out_specs=pl.BlockSpec(memory_space=pltpu.VMEM))(x)
 
 
-def hand_copied(k_hbm):  # step i copies i + 1 blocks by hand, in a loop bounded by program_id
+def hand_copied(k_hbm, parts=1):
+    """Step i copies i + 1 blocks by hand, in a loop bounded by program_id; each block in
+    ``parts`` copies started together, then waited on."""
+    rows = B // parts
+
     def kernel(k_hbm, o_ref, buf, sem):
         def body(j, c):
-            cp = pltpu.make_async_copy(k_hbm.at[pl.ds(pl.multiple_of(j * B, B), B)], buf, sem)
-            cp.start()
-            cp.wait()
+            copies = [pltpu.make_async_copy(k_hbm.at[pl.ds(pl.multiple_of(j * B + p * rows, rows), rows)],
+                                            buf.at[pl.ds(p * rows, rows)], sem) for p in range(parts)]
+            for cp in copies:
+                cp.start()
+            for cp in copies:
+                cp.wait()
             o_ref[...] += buf[...].astype(F32)
             return c
 
@@ -183,6 +190,7 @@ PROGRAMS = {
     "epilogue": (_tiles(skip=False, epilogue=True), [BLOCKS, BLOCKS], None),
     "gridless": (gridless, [jax.ShapeDtypeStruct((256, 128), F32)], None),
     "hand_copied": (hand_copied, [BLOCKS], None),
+    "hand_copied_halves": (functools.partial(hand_copied, parts=2), [BLOCKS], None),
     "heavy": (_heavy(False), [BLOCKS], None),
     "heavy_flag": (_heavy(True), [BLOCKS], None),
 }
@@ -348,6 +356,18 @@ def test_hand_issued_copies_in_a_loop_count_once_per_trip(compiled):
     block = B * B * 2  # one bf16 key block per trip
     out = NQ * B * B * 4
     assert k.manual_dma and k.hbm_bytes == pytest.approx(block * NQ * (NQ + 1) / 2 + out)
+
+
+@pytest.mark.parametrize("name", ["hand_copied", "hand_copied_halves"])
+def test_each_group_of_hand_issued_copies_waits_out_the_copy_latency(compiled, name):
+    sim = predicted(compiled, name)
+    k = sim.features.kernels[0]
+    # Step i issues i + 1 groups, however many copies start together in one.
+    groups = sorted(g for g, (_, _, n) in zip(k.row_dma_groups, k.traffic) for _ in range(n))
+    assert groups == list(range(1, NQ + 1))
+    # Each group costs at least the latency, as a grid step does, even with almost no bytes or compute.
+    latency = calibration().step_overhead_s
+    assert sim.kernels[0]["time_s"] >= latency * NQ * (NQ + 1) / 2 > 3 * latency * NQ
 
 
 def test_gridless_vmem_kernel_is_priced(compiled):

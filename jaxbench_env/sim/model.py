@@ -11,7 +11,8 @@ fit re-prices stored features without compiling again:
   ``overhead + combine(bundles / clock, HBM bytes / bandwidth)``; the Mosaic kernels the
   compiler writes itself (online softmax) at a bandwidth of their own;
 - a Pallas kernel costs, per grid step, ``combine(compute, max(overlapped DMA, latency))``
-  plus its serial DMA, itself at least the latency (``step_s``), plus the unhidden first fetch and last write-back and the bundles
+  plus its serial DMA, itself at least the latency (``step_s``; a step that issues n groups
+  of copies itself, n latencies), plus the unhidden first fetch and last write-back and the bundles
   outside its grid loop; compute is the kernel's bundles at that step where they can be
   read (its loops counted by the iterations they run at that step, its branches by the
   side that runs: ``mosaic.step_bundles``), else its body's MXU, vector and
@@ -32,7 +33,7 @@ from .hardware import V6E, Calibration, Chip, calibration
 from .pallas import KernelFeatures
 
 # Bump when what ``program_features`` extracts changes: cached results then miss.
-FEATURES_VERSION = 5
+FEATURES_VERSION = 6
 
 
 @dataclass
@@ -203,7 +204,10 @@ def price_kernel(k: KernelFeatures, chip: Chip, cal: Calibration) -> dict:
                    + k.transcendentals / cal.transcendentals_per_s)
         computes = np.full(len(counts), compute)
         source = "analytic"
-    steps_s = float(np.sum(counts * step_s(computes, overlapped / bandwidth, serial / bandwidth, cal.step_overhead_s,
+    # Each group of copies the body issues itself waits out the copy latency, as a grid step's do.
+    groups = k.row_dma_groups if k.row_dma_groups is not None else 0.0
+    latency = cal.step_overhead_s * np.maximum(1.0, np.asarray(groups, np.float64))
+    steps_s = float(np.sum(counts * step_s(computes, overlapped / bandwidth, serial / bandwidth, latency,
                                            cal.overlap)))
     compute_s = float(np.sum(counts * computes))
     time_s = (cal.op_overhead_s + steps_s + (k.fill_bytes + k.drain_bytes) / bandwidth

@@ -510,7 +510,7 @@ _CONTROL = ("scf.for", "scf.while", "scf.if")
 class _Region:
     args: tuple  # value ids of the block's arguments
     ops: tuple  # _Op
-    work: tuple  # (flops, vector ops, transcendentals, DMA bytes) of its own ops (nested regions not)
+    work: tuple  # (flops, vector ops, transcendentals, DMA bytes, DMA groups) of its own ops (nested regions not)
     size: int = 0  # its ops but yields and constants (0: nothing to branch over)
 
 
@@ -557,13 +557,13 @@ class Body:
 
 def _op_work(op, name: str) -> tuple:
     if name == "tpu.matmul":
-        return (_matmul_flops(op), 0.0, 0.0, 0.0)
+        return (_matmul_flops(op), 0.0, 0.0, 0.0, 0.0)
     if name == "tpu.enqueue_dma":
-        return (0.0, 0.0, 0.0, _dma_bytes(op))
+        return (0.0, 0.0, 0.0, _dma_bytes(op), 0.0)  # its copy group: counted by ``_body_ir``
     if name in _TRANSCENDENTAL:
-        return (0.0, 0.0, sum(_elements(r.type) for r in op.results), 0.0)
+        return (0.0, 0.0, sum(_elements(r.type) for r in op.results), 0.0, 0.0)
     if name not in _FREE:
-        return (0.0, sum(_elements(r.type) for r in op.results), 0.0, 0.0)
+        return (0.0, sum(_elements(r.type) for r in op.results), 0.0, 0.0, 0.0)
     return _NO_WORK
 
 
@@ -575,7 +575,14 @@ _MOVES = _STORES + ("vector.load", "tpu.load", "tpu.strided_load")
 _MXU_FLOPS_PER_BUNDLE = 2.0 * 8 * 256 * 256  # rough: only to compare sizes
 _ELEMENTS_PER_BUNDLE = 4096.0
 _ATTRS = {"arith.constant": "value", "arith.cmpi": "predicate", "tpu.iteration_bound": "dimension"}
-_NO_WORK = (0.0, 0.0, 0.0, 0.0)
+_NO_WORK = (0.0, 0.0, 0.0, 0.0, 0.0)
+
+
+def _ungrouped(sc) -> tuple:
+    """A region scan (``_body_ir``'s) with its copy groups, nested ones included, set to none."""
+    blk, entries, work, size, estimate, copies = sc
+    return (blk, [(o, name, tuple(_ungrouped(sub) for sub in subs)) for o, name, subs in entries],
+            work[:4] + (0.0,), size, estimate, copies)
 
 
 def _body_ir(func_op) -> Body:
@@ -590,15 +597,24 @@ def _body_ir(func_op) -> Body:
             return t.width
         return 64 if isinstance(t, ir.IndexType) else 0
 
+    def vector(o) -> bool:
+        return any(isinstance(v.type, ir.VectorType) for v in (*o.operands, *o.results))
+
     def scan(reg):
-        """(block, [(op, name, sub-scans)], work, size, estimate) of a region: names and work
-        only; ``estimate``: a rough bundle count of one run (nested regions included, loops
-        once), to tell its loops and branches apart by size in the compiled kernel."""
+        """(block, [(op, name, sub-scans)], work, size, estimate, copies) of a region: names
+        and work only; ``estimate``: a rough bundle count of one run (nested regions included,
+        loops once), to tell its loops and branches apart by size in the compiled kernel.
+
+        Copies issued with nothing but scalar work between them are one group (in flight
+        together, they wait out one latency), a loop that only issues copies included: its
+        group counts once where the loop is, not once per trip. ``copies``: whether the region
+        issues copies and whether it does nothing else (no vector work, no waits)."""
         blocks = list(reg.blocks)
         if not blocks:
-            return None, [], _NO_WORK, 0, 0.0
+            return None, [], _NO_WORK, 0, 0.0, (False, True)
         blk = blocks[0]
-        entries, work, size, estimate = [], [0.0, 0.0, 0.0, 0.0], 0, 0.0
+        entries, work, size, estimate = [], [0.0] * len(_NO_WORK), 0, 0.0
+        issuing, issues, quiet = False, False, True
         for o in blk.operations:
             o = o.operation
             name = _short(o)
@@ -606,17 +622,29 @@ def _body_ir(func_op) -> Body:
                 size += 1
                 estimate += 0.5
             w = _op_work(o, name)
+            subs = tuple(scan(r) for r in o.regions) if len(o.regions) else ()
+            inner_issues = any(sub[5][0] for sub in subs)
+            inner_quiet = all(sub[5][1] for sub in subs)
+            issues |= inner_issues
+            copy_loop = name in _LOOPS and inner_issues and inner_quiet  # one group, here, not per trip
+            if copy_loop:
+                subs = tuple(_ungrouped(sub) for sub in subs)
+            if name == "tpu.enqueue_dma" or copy_loop:
+                issues = True
+                w = (w[:4] + (0.0,)) if issuing else (w[:4] + (1.0,))
+                issuing = True
+            elif name in ("tpu.wait_dma", "tpu.wait_dma2", "tpu.matmul") or vector(o) or not inner_quiet:
+                issuing = quiet = False
             if w is not _NO_WORK:
-                for k in range(4):
+                for k in range(len(w)):
                     work[k] += w[k]
                 estimate += w[0] / _MXU_FLOPS_PER_BUNDLE + (w[1] + w[2]) / _ELEMENTS_PER_BUNDLE
             elif name in _MOVES:
                 moved = o.operands[0] if name in _STORES else (o.results[0] if len(o.results) else None)
                 estimate += _elements(moved.type) / _ELEMENTS_PER_BUNDLE if moved is not None else 0.0
-            subs = tuple(scan(r) for r in o.regions) if len(o.regions) else ()
             estimate += sum(sub[4] for sub in subs)
             entries.append((o, name, subs))
-        return blk, entries, tuple(work), size, estimate
+        return blk, entries, tuple(work), size, estimate, (issues, quiet)
 
     top_scan = scan(func_op.regions[0])
 
@@ -667,7 +695,7 @@ def _body_ir(func_op) -> Body:
         roots[i] = i
 
     def build(sc, parent: int) -> _Region:
-        blk, entries, work, size, _ = sc
+        blk, entries, work, size, *_ = sc
         if blk is None:
             return _Region((), (), _NO_WORK)
         args = tuple(vid(a) for a in blk.arguments)
@@ -1291,7 +1319,8 @@ class ControlCounts:
     loops priced at an upper bound (its largest value); ``uncertain``: branch sides whose
     predicate could not be evaluated (charged wherever the branch is reached). ``work``:
     (MXU flops, vector ops, transcendentals) per grid step on average; ``dma``: bytes of
-    hand-issued DMAs per grid step (broadcastable)."""
+    hand-issued DMAs per grid step (broadcastable); ``dma_groups``: how many groups of DMAs
+    the body issues per grid step (copies started one after another count once; broadcastable)."""
 
     grid: tuple
     mult: dict = field(default_factory=dict)
@@ -1301,6 +1330,7 @@ class ControlCounts:
     uncertain: set = field(default_factory=set)
     work: list = field(default_factory=lambda: [0.0, 0.0, 0.0])
     dma: object = 0.0
+    dma_groups: object = 0.0
 
     def flat(self, value) -> np.ndarray:
         """A per-step quantity as one value per grid step, in the order the grid runs."""
@@ -1368,11 +1398,11 @@ class _Evaluator:
     def _snapshot(self):
         c = self.counts
         return (dict(c.mult), dict(c.entries), dict(c.max_trips), dict(c.bounds), set(c.uncertain), list(c.work), c.dma,
-                dict(self.smem) if self.smem is not None else None, self.lost)
+                c.dma_groups, dict(self.smem) if self.smem is not None else None, self.lost)
 
     def _restore(self, snap) -> None:
         c = self.counts
-        c.mult, c.entries, c.max_trips, c.bounds, c.uncertain, c.work, c.dma, self.smem, self.lost = snap
+        c.mult, c.entries, c.max_trips, c.bounds, c.uncertain, c.work, c.dma, c.dma_groups, self.smem, self.lost = snap
 
     # --- the walk ---
 
@@ -1386,6 +1416,8 @@ class _Evaluator:
             c[2] += w[2] * mean
         if w[3]:
             self.counts.dma = self.counts.dma + w[3] * np.asarray(weight, np.float64)
+        if w[4]:
+            self.counts.dma_groups = self.counts.dma_groups + w[4] * np.asarray(weight, np.float64)
         needed = self.body.needed
         for op in region.ops:
             name = op.name
@@ -2097,9 +2129,7 @@ def kernel_features(call: CustomCall, prefetch: list | None = None, profile=None
     try:
         counts = control_counts(kernel, grid, tables)
         notes = counts.notes(kernel.name, kernel.body.items) if kernel.body is not None else []
-        dma = counts.dma
-        if np.ndim(dma):
-            dma = counts.flat(dma)
+        dma, groups = (counts.flat(x) if np.ndim(x) else x for x in (counts.dma, counts.dma_groups))
         work = (counts.work[0], counts.work[1], counts.work[2], dma)
         per_step, outside = None, 0.0
         if profile is not None:
@@ -2112,7 +2142,7 @@ def kernel_features(call: CustomCall, prefetch: list | None = None, profile=None
         raise Unpriceable(f"kernel {kernel.name}: its loops and branches could not be evaluated "
                           f"({type(e).__name__}: {e})") from e
     k = assemble(kernel.name, grid, streams, work, kernel.vmem_bytes, tuple(shape for shape, _ in call.results),
-                 bound, bundles=per_step)
+                 bound, bundles=per_step, dma_groups=groups)
     k.bundles_outside = outside
     k.notes = notes
     return k

@@ -55,6 +55,9 @@ class KernelFeatures:
     # Bundles of one step for each traffic row (the steps of a row issue the same bundles);
     # None: every step issues ``bundles_per_step``.
     row_bundles: list | None = None
+    # Groups of copies a step of each traffic row issues itself (each group waits out the copy
+    # latency); None: none.
+    row_dma_groups: list | None = None
     dynamic_index: bool = False  # scalar-prefetch index maps: a fresh block every step assumed
     grid_bound: int | None = None  # the bound used for a data-dependent grid axis
     manual_dma: bool = False
@@ -389,11 +392,12 @@ def _distinct_rows(columns: list) -> tuple[np.ndarray, np.ndarray]:
 
 
 def assemble(name: str, grid: tuple, streams: list[Stream], work: tuple, vmem_bytes: int, out_shapes: tuple,
-             grid_bound: int | None = None, bundles=None) -> KernelFeatures:
+             grid_bound: int | None = None, bundles=None, dma_groups=None) -> KernelFeatures:
     """A kernel's features from its grid, its pipelined operands' block indices per step, and
     its body's work per step ((flops, vector ops, transcendentals, hand-issued DMA bytes):
     the DMA bytes a number or one value per step); ``bundles``: the compiled kernel's bundles
-    at each step (an array), if read.
+    at each step (an array), if read; ``dma_groups``: groups of DMAs the body issues itself
+    (copies started together), a number or one value per step.
 
     An input block is fetched when its index differs from the previous step's (always at the
     first); an output block is written back when its index is about to change (always at the
@@ -418,6 +422,9 @@ def assemble(name: str, grid: tuple, streams: list[Stream], work: tuple, vmem_by
     varying = bundles is not None and np.ndim(bundles) and steps > 1 and np.ptp(bundles) > 0
     if varying:
         columns.append(np.asarray(bundles, np.float64))
+    grouped = np.any(np.asarray(dma_groups if dma_groups is not None else 0.0) > 0)
+    if grouped:
+        columns.append(np.broadcast_to(np.asarray(dma_groups, np.float64), (steps,)))
     rows, counts = _distinct_rows(columns)
     mean_bundles = float(np.mean(bundles)) if bundles is not None else None
     return KernelFeatures(
@@ -430,6 +437,7 @@ def assemble(name: str, grid: tuple, streams: list[Stream], work: tuple, vmem_by
         dynamic_index=any(s.indices is None for s in streams), grid_bound=grid_bound,
         manual_dma=bool(np.any(np.asarray(manual_dma) > 0)), bundles_per_step=mean_bundles,
         row_bundles=[float(r[2]) for r in rows] if varying else None,
+        row_dma_groups=[float(r[-1]) for r in rows] if grouped else None,
     )
 
 
