@@ -23,9 +23,10 @@ norm/output-projection/gating epilogue.
 
 The check runs at N=256, C=128: the contraction is N^3 C and the projections N^2 C^2, so
 N shrinks (C, the lane dimension, stays). N=256 is a multiple of every block in the space
-but 512: i, j and k blocks of 512, which the full size's N=1536 takes, run capped at 256
-at check size (the template caps blocks at N, and the schedule rule counts them capped),
-the one schedule property the check does not see; an N of 512 would cost ~8x the CPU time.
+but 512 (capped at N by the template). A block of 256 or 512 leaves its grid axis one step
+at N=256 where the full size has several, so such schedules are checked at the next rung,
+N=512, at ~8x the CPU time; the default's 128-blocks are checked at N=256 (for that, the
+default: 256-blocks cost every reset a check of minutes).
 """
 
 from __future__ import annotations
@@ -128,9 +129,9 @@ class TriangleMultiplication(Workload):
             [
                 Knob("block_rows", BLOCKS_ROWS, 2048, "pair rows (i, j) per step of the projection and epilogue kernels"),
                 Knob("block_c", BLOCKS_C, 8, "channels per grid step (one batched matmul)"),
-                Knob("block_i", BLOCKS_N, 256, "rows i of T per grid step"),
-                Knob("block_j", BLOCKS_N, 256, "columns j of T per grid step"),
-                Knob("block_k", BLOCKS_N, 256, "contraction depth k per grid step"),
+                Knob("block_i", BLOCKS_N, 128, "rows i of T per grid step"),
+                Knob("block_j", BLOCKS_N, 128, "columns j of T per grid step"),
+                Knob("block_k", BLOCKS_N, 128, "contraction depth k per grid step"),
                 Knob("buffers", (1, 2), 2, "pipeline buffers for the streamed input blocks (jax 0.10.2 lowers only 1 or 2)"),
             ],
             check,

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-SCHEDULE = {"block_rows": 2048, "block_c": 8, "block_i": 256, "block_j": 256, "block_k": 256, "buffers": 2}
+SCHEDULE = {"block_rows": 2048, "block_c": 8, "block_i": 128, "block_j": 128, "block_k": 128, "buffers": 2}
 
 NORM_EPS = 1e-6
 
