@@ -52,7 +52,7 @@ def numpy_mla(cfg, x, q_down, q_up, kv_down, k_up, v_up, o_proj, rope=True, caus
 
 def test_registered_and_check_size_keeps_structure():
     assert WORKLOADS["mla_attention"] is MLAAttention
-    assert CFG == {**W.defaults, "batch": 1, "num_heads": 2, "emb_dim": 1024, "q_lora_rank": 256,
+    assert CFG == {**W.defaults, "batch": 2, "num_heads": 2, "emb_dim": 1024, "q_lora_rank": 256,
                    "kv_lora_rank": 128}
     knobs = {k.name: k.values for k in W.schedule_space().knobs}
     assert CFG["seq_len"] % max(knobs["block_q"]) == 0 and CFG["seq_len"] % max(knobs["block_k"]) == 0
@@ -68,7 +68,7 @@ def test_registered_and_check_size_keeps_structure():
 def test_seed0_is_spec_inputs_scaled_at_check_size():
     keys = jax.random.split(jax.random.key(42), 8)
     x, q_down, *_, o_proj = C.inputs(0)
-    np.testing.assert_array_equal(f64(x), f64(jax.random.normal(keys[0], (1, 2048, 1024), jnp.bfloat16)))
+    np.testing.assert_array_equal(f64(x), f64(jax.random.normal(keys[0], (2, 2048, 1024), jnp.bfloat16)))
     # Weights: N·0.02 scaled by sqrt(full fan-in / fan-in), here sqrt(7168/1024) and sqrt(16384/256).
     expect = jax.random.normal(keys[1], (1024, 256), jnp.bfloat16) * (0.02 * math.sqrt(7))
     np.testing.assert_array_equal(f64(q_down), f64(expect))
