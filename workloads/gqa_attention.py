@@ -25,16 +25,10 @@ import jax
 import jax.numpy as jnp
 
 from .base import (
-    attention_knobs,
-    indivisible,
-    Knob,
-    over_vmem,
-    pow2_divisors,
+    grouped_query_space,
     QK_STRUCTURE,
     require_positive_ints,
-    ScheduleSpace,
     seeded_normal,
-    tile_bytes,
     Workload,
 )
 from .essential import causal_attention_work
@@ -108,29 +102,4 @@ class GQAAttention(Workload):
                                      config["head_dim"])
 
     def _schedule_space(self, config):
-        dt = str(jnp.dtype(config["dtype"]))
-        seq, d = config["seq_len"], config["head_dim"]
-        group = config["num_query_heads"] // config["num_kv_heads"]
-        heads = pow2_divisors(group, 1, 16)
-
-        def check(s):
-            bq, bk, g = s["block_q"], s["block_k"], s["heads_per_step"]
-            msg = indivisible({"block_q": ("seq_len", seq), "block_k": ("seq_len", seq),
-                               "heads_per_step": ("query heads per KV head", group)}, s)
-            if msg:
-                return msg
-            vmem = (
-                2 * tile_bytes((bq, g * d), dt)  # q, double-buffered
-                + 2 * s["buffers"] * tile_bytes((bk, d), dt)  # k and v
-                + 2 * tile_bytes((bq, g * d), dt)  # o, double-buffered
-                + 2 * g * tile_bytes((bq, 128), "float32")  # m, l scratch per head
-                + tile_bytes((bq, g * d), "float32")  # acc scratch
-            )
-            # f32 score-sized temporaries (scores, probabilities, the causal mask): 0.25 + 0.6 per
-            # head of a (block_q, block_k) tile, fitted to v6e compiles at the full size.
-            vmem += (5 + 12 * g) * tile_bytes((bq, bk), "float32") // 20
-            return over_vmem(vmem)
-
-        return ScheduleSpace(attention_knobs(after_blocks=Knob(
-            "heads_per_step", heads, max(h for h in heads if h <= 4),
-            "query heads of one KV group per grid step: each k/v block is fetched once for all of them")), check)
+        return grouped_query_space(config, heads_in_lanes=True)
