@@ -70,6 +70,19 @@ def require_positive_ints(workload: str, config: Mapping[str, Any], keys) -> Non
             raise ValueError(f"{workload}: {key} must be a positive int, got {config[key]!r}")
 
 
+def validate_attention_config(workload: str, config: Mapping[str, Any], keys, head_multiple: int = 128) -> None:
+    """The config rules every blocked-attention template shares: ``keys`` positive ints,
+    seq_len a multiple of the smallest block, head_dim of ``head_multiple``, a float dtype."""
+    require_positive_ints(workload, config, keys)
+    if config["seq_len"] % 128:
+        raise ValueError(f"{workload}: seq_len={config['seq_len']} must be a multiple of 128 (the smallest block)")
+    if config["head_dim"] % head_multiple:
+        lanes = " (the lane width)" if head_multiple == 128 else ""
+        raise ValueError(f"{workload}: head_dim={config['head_dim']} must be a multiple of {head_multiple}{lanes}")
+    if str(config.get("dtype", "bfloat16")) not in ("bfloat16", "float32", "float16"):
+        raise ValueError(f"{workload}: dtype {config['dtype']!r} is not a float dtype")
+
+
 def over_vmem(nbytes: int, limit: int = DEFAULT_SCOPED_VMEM) -> str | None:
     """A message when ``nbytes`` of estimated VMEM exceeds ``limit``, else None."""
     if nbytes > limit:
@@ -98,43 +111,6 @@ def attention_knobs(fetched: str = "k and v", q_tiles: str = "q, o, m, l, acc", 
              f"what {fetched} fetch on causally skipped steps: "
              + "; ".join(f"{m}: {_SKIPPED_FETCH[m]}" for m in kv_index_maps)),
     ]
-
-
-def grouped_query_space(config: Mapping[str, Any], heads_in_lanes: bool) -> "ScheduleSpace":
-    """The schedule space of a grouped-query attention template (GQA, sparse): the attention
-    knobs plus ``heads_per_step``, query heads of one KV group per step, which share each k/v
-    block. ``heads_in_lanes``: the step's heads sit side by side in one (block_q, heads·d)
-    tile of q, o and acc (GQA), or in one (block_q, d) tile each (sparse)."""
-    import jax.numpy as jnp
-
-    dt = str(jnp.dtype(config["dtype"]))
-    seq, d = config["seq_len"], config["head_dim"]
-    group = config["num_query_heads"] // config["num_kv_heads"]
-    heads = pow2_divisors(group, 1, 16)
-
-    def check(s):
-        bq, bk, g = s["block_q"], s["block_k"], s["heads_per_step"]
-        msg = indivisible({"block_q": ("seq_len", seq), "block_k": ("seq_len", seq),
-                           "heads_per_step": ("query heads per KV head", group)}, s)
-        if msg:
-            return msg
-        q_tile = tile_bytes((bq, g * d), dt) if heads_in_lanes else g * tile_bytes((bq, d), dt)
-        acc = tile_bytes((bq, g * d), "float32") if heads_in_lanes else g * tile_bytes((bq, d), "float32")
-        vmem = (
-            2 * q_tile  # q, double-buffered
-            + 2 * s["buffers"] * tile_bytes((bk, d), dt)  # k and v
-            + 2 * q_tile  # o, double-buffered
-            + 2 * g * tile_bytes((bq, 128), "float32")  # m, l scratch per head
-            + acc
-        )
-        # f32 score-sized temporaries (scores, probabilities, the causal mask): 0.25 + 0.6 per
-        # head of a (block_q, block_k) tile, fitted to v6e compiles at the full size.
-        vmem += (5 + 12 * g) * tile_bytes((bq, bk), "float32") // 20
-        return over_vmem(vmem)
-
-    return ScheduleSpace(attention_knobs(after_blocks=Knob(
-        "heads_per_step", heads, max(h for h in heads if h <= 4),
-        "query heads of one KV group per grid step: each k/v block is fetched once for all of them")), check)
 
 
 def matmul_vmem_bytes(bm: int, bk: int, bn: int, buffers: int, dtype: str) -> int:

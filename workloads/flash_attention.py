@@ -28,10 +28,10 @@ from .base import (
     Knob,
     over_vmem,
     QK_STRUCTURE,
-    require_positive_ints,
     ScheduleSpace,
     seeded_normal,
     tile_bytes,
+    validate_attention_config,
     Workload,
 )
 from .essential import causal_attention_work
@@ -108,10 +108,4 @@ class FlashAttention(Workload):
         )
 
     def validate_config(self, config):
-        require_positive_ints(self.name, config, ("batch", "num_heads", "seq_len", "head_dim"))
-        if config["seq_len"] % 128:
-            raise ValueError(f"{self.name}: seq_len={config['seq_len']} must be a multiple of 128 (the smallest block)")
-        if config["head_dim"] % 128:
-            raise ValueError(f"{self.name}: head_dim={config['head_dim']} must be a multiple of 128 (the lane width)")
-        if str(config.get("dtype", "bfloat16")) not in ("bfloat16", "float32", "float16"):
-            raise ValueError(f"{self.name}: dtype {config['dtype']!r} is not a float dtype")
+        validate_attention_config(self.name, config, ("batch", "num_heads", "seq_len", "head_dim"))

@@ -40,11 +40,11 @@ from .base import (
     over_vmem,
     pow2_divisors,
     QK_STRUCTURE,
-    require_positive_ints,
     ScheduleSpace,
     seeded_normal,
     TIGHT_V_SCALE,
     tile_bytes,
+    validate_attention_config,
     Workload,
 )
 from .essential import causal_pairs, io_bytes
@@ -62,13 +62,7 @@ class FlexAttention(Workload):
     template_file = "flex_attention.py"
 
     def validate_config(self, config):
-        require_positive_ints(self.name, config, ("batch", "seq_len", "num_heads", "head_dim"))
-        if config["seq_len"] % 128:
-            raise ValueError(f"{self.name}: seq_len={config['seq_len']} must be a multiple of 128 (the smallest block)")
-        if config["head_dim"] % 128:
-            raise ValueError(f"{self.name}: head_dim={config['head_dim']} must be a multiple of 128 (the lane width)")
-        if str(config.get("dtype", "bfloat16")) not in ("bfloat16", "float32", "float16"):
-            raise ValueError(f"{self.name}: dtype {config['dtype']!r} is not a float dtype")
+        validate_attention_config(self.name, config, ("batch", "seq_len", "num_heads", "head_dim"))
 
     def make_inputs(self, config, seed):
         dt = self.dtype(config)

@@ -24,19 +24,10 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .base import (
-    grouped_query_space,
-    QK_STRUCTURE,
-    require_positive_ints,
-    seeded_normal,
-    Workload,
-)
-from .essential import causal_attention_work
+from .base import QK_STRUCTURE, seeded_normal
+from .grouped_query import GroupedQueryAttention
 
-CHECK_KV_HEADS = 2
-
-
-class GQAAttention(Workload):
+class GQAAttention(GroupedQueryAttention):
     name = "gqa_attention"
     jaxbench_id = "2p"
     category = "attention"
@@ -48,30 +39,19 @@ class GQAAttention(Workload):
     rtol = 5e-2
     template_file = "gqa_attention.py"
     expert_file = "gqa_attention.py"
+    heads_in_lanes = True
+    config_keys = GroupedQueryAttention.config_keys + ("emb_dim",)
 
     def check_config(self):
         out = super().check_config()
-        group = self.config["num_query_heads"] // self.config["num_kv_heads"]
-        out["num_kv_heads"] = min(CHECK_KV_HEADS, self.config["num_kv_heads"])
-        out["num_query_heads"] = out["num_kv_heads"] * group
         out["emb_dim"] = out["num_query_heads"] * out["head_dim"]
         return out
 
     def validate_config(self, config):
-        require_positive_ints(self.name, config, ("batch", "seq_len", "num_query_heads", "num_kv_heads",
-                                                  "head_dim", "emb_dim"))
-        if config["num_query_heads"] % config["num_kv_heads"]:
-            raise ValueError(f"{self.name}: num_query_heads={config['num_query_heads']} must be a multiple of "
-                             f"num_kv_heads={config['num_kv_heads']}")
+        super().validate_config(config)
         if config["emb_dim"] != config["num_query_heads"] * config["head_dim"]:
             raise ValueError(f"{self.name}: emb_dim={config['emb_dim']} must equal num_query_heads*head_dim="
                              f"{config['num_query_heads'] * config['head_dim']}")
-        if config["seq_len"] % 128:
-            raise ValueError(f"{self.name}: seq_len={config['seq_len']} must be a multiple of 128 (the smallest block)")
-        if config["head_dim"] % 128:
-            raise ValueError(f"{self.name}: head_dim={config['head_dim']} must be a multiple of 128 (the lane width)")
-        if str(config.get("dtype", "bfloat16")) not in ("bfloat16", "float32", "float16"):
-            raise ValueError(f"{self.name}: dtype {config['dtype']!r} is not a float dtype")
 
     def make_inputs(self, config, seed):
         dt = self.dtype(config)
@@ -96,10 +76,3 @@ class GQAAttention(Workload):
         attn = jax.nn.softmax(attn, axis=-1)
         out = jnp.einsum("bhqk,bhkd->bhqd", attn, v)
         return out.transpose(0, 2, 1, 3)
-
-    def essential_work(self, config):
-        return causal_attention_work(self, config, config["batch"], config["num_query_heads"], config["seq_len"],
-                                     config["head_dim"])
-
-    def _schedule_space(self, config):
-        return grouped_query_space(config, heads_in_lanes=True)

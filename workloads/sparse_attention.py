@@ -33,20 +33,11 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .base import (
-    grouped_query_space,
-    QK_STRUCTURE,
-    require_positive_ints,
-    seeded_normal,
-    TIGHT_V_SCALE,
-    Workload,
-)
-from .essential import causal_attention_work
-
-CHECK_KV_HEADS = 2
+from .base import QK_STRUCTURE, seeded_normal, TIGHT_V_SCALE
+from .grouped_query import GroupedQueryAttention
 
 
-class SparseAttention(Workload):
+class SparseAttention(GroupedQueryAttention):
     name = "sparse_attention"
     jaxbench_id = "4p"
     category = "attention"
@@ -58,26 +49,7 @@ class SparseAttention(Workload):
     rtol = 1e-2
     template_file = "sparse_attention.py"
     expert_file = "sparse_attention.py"
-
-    def check_config(self):
-        out = super().check_config()
-        group = self.config["num_query_heads"] // self.config["num_kv_heads"]
-        out["num_kv_heads"] = min(CHECK_KV_HEADS, self.config["num_kv_heads"])
-        out["num_query_heads"] = out["num_kv_heads"] * group
-        return out
-
-    def validate_config(self, config):
-        require_positive_ints(self.name, config, ("batch", "seq_len", "num_query_heads", "num_kv_heads",
-                                                  "head_dim"))
-        if config["num_query_heads"] % config["num_kv_heads"]:
-            raise ValueError(f"{self.name}: num_query_heads={config['num_query_heads']} must be a multiple of "
-                             f"num_kv_heads={config['num_kv_heads']}")
-        if config["seq_len"] % 128:
-            raise ValueError(f"{self.name}: seq_len={config['seq_len']} must be a multiple of 128 (the smallest block)")
-        if config["head_dim"] % 128:
-            raise ValueError(f"{self.name}: head_dim={config['head_dim']} must be a multiple of 128 (the lane width)")
-        if str(config.get("dtype", "bfloat16")) not in ("bfloat16", "float32", "float16"):
-            raise ValueError(f"{self.name}: dtype {config['dtype']!r} is not a float dtype")
+    heads_in_lanes = False
 
     def make_inputs(self, config, seed):
         dt = self.dtype(config)
@@ -100,10 +72,3 @@ class SparseAttention(Workload):
         attn = jnp.where(mask, attn, -1e30)
         attn = jax.nn.softmax(attn, axis=-1)
         return jnp.einsum("bhqk,bhkd->bhqd", attn, v)
-
-    def essential_work(self, config):
-        return causal_attention_work(self, config, config["batch"], config["num_query_heads"], config["seq_len"],
-                                     config["head_dim"])
-
-    def _schedule_space(self, config):
-        return grouped_query_space(config, heads_in_lanes=False)
