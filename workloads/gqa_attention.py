@@ -27,6 +27,7 @@ import jax.numpy as jnp
 from .base import QK_STRUCTURE, seeded_normal
 from .grouped_query import GroupedQueryAttention
 
+
 class GQAAttention(GroupedQueryAttention):
     name = "gqa_attention"
     jaxbench_id = "2p"
@@ -40,7 +41,7 @@ class GQAAttention(GroupedQueryAttention):
     template_file = "gqa_attention.py"
     expert_file = "gqa_attention.py"
     heads_in_lanes = True
-    config_keys = GroupedQueryAttention.config_keys + ("emb_dim",)
+    positive_int_keys = GroupedQueryAttention.positive_int_keys + ("emb_dim",)
 
     def check_config(self):
         out = super().check_config()

@@ -30,7 +30,7 @@ class GroupedQueryAttention(Workload):
     tile each (sparse's BHSD)."""
 
     heads_in_lanes: bool
-    config_keys = ("batch", "seq_len", "num_query_heads", "num_kv_heads", "head_dim")
+    positive_int_keys = ("batch", "seq_len", "num_query_heads", "num_kv_heads", "head_dim")
 
     def check_config(self):
         out = super().check_config()
@@ -40,7 +40,7 @@ class GroupedQueryAttention(Workload):
         return out
 
     def validate_config(self, config):
-        validate_attention_config(self.name, config, self.config_keys)
+        validate_attention_config(self.name, config, self.positive_int_keys)
         if config["num_query_heads"] % config["num_kv_heads"]:
             raise ValueError(f"{self.name}: num_query_heads={config['num_query_heads']} must be a multiple of "
                              f"num_kv_heads={config['num_kv_heads']}")
@@ -62,14 +62,16 @@ class GroupedQueryAttention(Workload):
                                "heads_per_step": ("query heads per KV head", group)}, s)
             if msg:
                 return msg
-            q_tile = tile_bytes((bq, g * d), dt) if lanes else g * tile_bytes((bq, d), dt)
-            acc = tile_bytes((bq, g * d), "float32") if lanes else g * tile_bytes((bq, d), "float32")
+
+            def heads_tile(dtype):  # q, o or acc for the step's g heads
+                return tile_bytes((bq, g * d), dtype) if lanes else g * tile_bytes((bq, d), dtype)
+
             vmem = (
-                2 * q_tile  # q, double-buffered
+                2 * heads_tile(dt)  # q, double-buffered
                 + 2 * s["buffers"] * tile_bytes((bk, d), dt)  # k and v
-                + 2 * q_tile  # o, double-buffered
+                + 2 * heads_tile(dt)  # o, double-buffered
                 + 2 * g * tile_bytes((bq, 128), "float32")  # m, l scratch per head
-                + acc
+                + heads_tile("float32")  # acc scratch
             )
             # f32 score-sized temporaries (scores, probabilities, the causal mask): 0.25 + 0.6 per
             # head of a (block_q, block_k) tile, fitted to v6e compiles at the full size.

@@ -114,4 +114,4 @@ class Mamba2SSD(Workload):
 
     def validate_config(self, config):
         validate_attention_config(self.name, config, ("batch", "num_heads", "seq_len", "head_dim", "d_state",
-                                                  "d_model"), head_multiple=64)
+                                                      "d_model"), head_multiple=64)
