@@ -296,9 +296,10 @@ def policy_kwargs(args, transcript: str | None = None) -> dict:
         return kw
     if args.policy == "beam":
         return {"beam_width": args.beam_width}
-    if args.policy in ("random", "gradient") and args.seed is not None:
-        return {"seed": args.seed}
-    return {}
+    kw = {"seed": args.seed} if args.policy in ("random", "gradient") and args.seed is not None else {}
+    if args.policy == "random" and args.legal_only:
+        kw["legal_only"] = True
+    return kw
 
 
 def policy_client(policy):
@@ -555,6 +556,9 @@ def build_parser() -> argparse.ArgumentParser:
     # The options of the search policies (policy_kwargs reads them), for optimize and bench.
     policy_options = argparse.ArgumentParser(add_help=False)
     policy_options.add_argument("--beam-width", type=int, default=4, help="beam width of beam and llm-beam")
+    policy_options.add_argument("--legal-only", action="store_true",
+                                help="random: sample again until the whole schedule passes the space's check "
+                                     "(the action mask constrains one knob at a time)")
     llm = policy_options.add_argument_group("LLM policies (llm, llm-beam)")
     llm.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 "
                                         "(default $OPENAI_BASE_URL)")

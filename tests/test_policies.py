@@ -42,6 +42,20 @@ def test_random_respects_mask(env):
     check_records(records)
 
 
+def test_random_legal_only_samples_whole_schedules_the_check_allows(make_env):
+    """conv2d_relu_biasadd's knobs are coupled (layout, patches, block sizes): the per-knob
+    mask lets about half of plain samples through to a rejection; legal_only none. No step
+    is taken, so nothing compiles."""
+    e = make_env("conv2d_relu_biasadd", None, action_mode="schedule")
+    space = e.unwrapped.schedule_space
+
+    def rejected(policy):
+        return sum(space.check(space.decode(policy.act(e))) is not None for _ in range(40))
+
+    assert rejected(RandomPolicy(seed=0)) > 5
+    assert rejected(RandomPolicy(seed=0, legal_only=True)) == 0
+
+
 def test_greedy_moves_from_best_and_finds_speedup(env):
     policy = GreedyPolicy()
     env.reset(seed=0)
@@ -87,3 +101,13 @@ def test_random_in_both_mode(make_env):
     e.reset(seed=1)
     a = RandomPolicy().act(e)
     assert a["source"] == "" and np.asarray(a["schedule"]).shape == (5,)
+
+
+def test_legal_only_reaches_random_from_the_command_line():
+    from jaxbench_env.cli import build_parser, policy_kwargs
+
+    args = build_parser().parse_args(["bench", "--policy", "random", "--steps", "1", "--out", "x", "--legal-only"])
+    policy = make_policy(args.policy, **policy_kwargs(args))
+    assert policy.legal_only and policy.seed == 0
+    args = build_parser().parse_args(["optimize", "gemm", "--policy", "random", "--steps", "1", "--out", "x"])
+    assert not make_policy(args.policy, **policy_kwargs(args)).legal_only
