@@ -111,7 +111,11 @@ def taps_dot(w_ref, x_ref, s, *, bs, offsets, halo, single, concat):
     start = 0 if single else pl.multiple_of(s * bs, 128)
     win = x_ref[:, pl.ds(start, bs + halo)]
     if concat:
-        patch = jnp.concatenate([win[:, o:o + bs] for o in offsets], axis=0)
+        # bf16 rows are packed in pairs: slices of an odd channel count split the pairs, so
+        # they are stacked in f32 (25k's 27 three-row slices: predicted 25% faster).
+        odd = win.dtype.itemsize == 2 and win.shape[0] % 2
+        parts = win.astype(jnp.float32) if odd else win
+        patch = jnp.concatenate([parts[:, o:o + bs] for o in offsets], axis=0).astype(win.dtype)
         return jnp.dot(w_ref[...], patch, preferred_element_type=jnp.float32)
     acc = None
     for t, o in enumerate(offsets):
