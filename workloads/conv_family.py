@@ -142,7 +142,10 @@ class ConvWorkload(KernelBenchWorkload):
             taps = k ** len(dims)
             cin = kc // taps
             length = self.flat_input_length(config, bs)
-            stacked = tile_bytes((kc, bs), dt) if schedule["patches"] == "vmem_im2col" else 0  # the patch tile
+            # The patch tile; taps_dot stacks an odd channel count of bf16 in f32, then casts.
+            odd = jnp.dtype(dt).itemsize == 2 and cin % 2
+            stacked = 0 if schedule["patches"] != "vmem_im2col" else \
+                tile_bytes((kc, bs), dt) + (tile_bytes((kc, bs), "float32") if odd else 0)
             return (schedule["buffers"] * tile_bytes((cin, length), dt) + taps * tile_bytes((rows, cin), dt)
                     + 2 * tile_bytes((cin, length - round_up(s, bs) + bs), dt) + stacked + common)
         bk = min(schedule["block_k"], kc)
