@@ -180,6 +180,10 @@ SCHEDULES = [
     ("matmul_sigmoid_sum", {**WHOLE_ROWS, "block_k": 512, "block_n": 512}),
     ("matmul_scale_residualadd_clamp_logsumexp_mish", {**WHOLE_ROWS, "block_k": 512, "block_n": 1024}),
     ("gemm_groupnorm_min_biasadd", {**WHOLE_ROWS, "block_k": 512, "block_n": 512}),
+    # The whole contraction in one grid step, no accumulator: plain, online rows, two matmuls.
+    ("matmul_subtract_multiply_relu", {**TILED, "accumulator": "none"}),
+    ("matmul_sigmoid_sum", {**WHOLE_ROWS, "block_n": 512, "accumulator": "none"}),
+    ("gemm_sigmoid_logsumexp", {**WHOLE_ROWS, "accumulator": "none"}),
 ]
 
 

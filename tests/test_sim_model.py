@@ -98,10 +98,46 @@ def test_gemm_time_falls_as_blocks_grow():
 
 def test_gemm_blocks_over_vmem_are_rejected():
     wl = workloads.get("gemm", dict(GEMM))
-    source = wl.template_source().replace('"block_k": 1024', '"block_k": 8192')
-    assert '"block_k": 8192' in source
+    # The space would mask these blocks; a source with a smaller scoped limit gets them past it.
+    source = wl.template_source().replace("VMEM_LIMIT = 100 * 2**20", "VMEM_LIMIT = 16 * 2**20")
+    assert "VMEM_LIMIT = 16 * 2**20" in source
     result = judged_time_only(wl, source, {"block_m": 2048, "block_n": 2048, "block_k": 2048})
     assert not result["compiled"] and "VMEM" in result["error"], result["error"]
+
+
+def test_whole_contraction_gemm_is_correct_and_drops_the_accumulator():
+    from harness import assert_template_correct
+
+    assert_template_correct(workloads.get("gemm"), {"accumulator": "none"})  # interpret mode, check size
+    blocks = (("block_m", 1024), ("block_k", 512), ("block_n", 512), ("buffers", 2), ("order", "mn"))
+    summed, error = _predict("gemm", GEMM, blocks + (("accumulator", "vmem"),))
+    assert error is None, error
+    whole, error = _predict("gemm", GEMM, blocks + (("accumulator", "none"),))
+    assert error is None, error
+    (k_summed,), (k_whole,) = summed["kernels"], whole["kernels"]
+    assert k_summed["grid"] == [2, 4, 4] and k_whole["grid"] == [2, 4, 1]
+    # No f32 tile read and written back at each K step, fewer copies (A stays put across N).
+    assert k_whole["compute_s"] < k_summed["compute_s"] and k_whole["hbm_bytes"] < k_summed["hbm_bytes"]
+    assert whole["time_s"] < summed["time_s"]
+
+
+def test_no_kernel_computes_faster_than_the_mxu_peak():
+    """The fitted clock is an effective one: a kernel whose bundles alone would run its
+    matmuls above the chip's peak is priced at the peak."""
+    from jaxbench_env.sim.pallas import KernelFeatures
+
+    cal, steps, flops = calibration(), 64, 2.0 * 1024 * 1024 * 8192
+    at_peak = flops / V6E.mxu_flops_per_s
+
+    def kernel(bundles_per_step):
+        return KernelFeatures(name="k", grid=(steps,), steps=steps, traffic=[[0.0, 0.0, steps]], fill_bytes=0.0,
+                              drain_bytes=0.0, hbm_bytes=0.0, flops=flops, vector_ops=0.0, transcendentals=0.0,
+                              vmem_bytes=0, out_shapes=((1024, 1024),), bundles_per_step=bundles_per_step)
+
+    fast = 0.5 * at_peak * cal.bundle_rate_hz  # bundles that would take half the peak's time
+    slow = 2.0 * at_peak * cal.bundle_rate_hz
+    assert price_kernel(kernel(fast), V6E, cal)["compute_s"] == pytest.approx(steps * at_peak)
+    assert price_kernel(kernel(slow), V6E, cal)["compute_s"] == pytest.approx(2 * steps * at_peak)
 
 
 def test_memory_bound_rmsnorm_lands_near_bytes_over_bandwidth():

@@ -113,11 +113,17 @@ def attention_knobs(fetched: str = "k and v", q_tiles: str = "q, o, m, l, acc", 
     ]
 
 
-def matmul_vmem_bytes(bm: int, bk: int, bn: int, buffers: int, dtype: str) -> int:
+# Where a tiled matmul sums over K (the gemm template and the matmul family read it).
+ACCUMULATOR = Knob("accumulator", ("vmem", "none"), "vmem",
+                   "'vmem': the K blocks' dots summed in an f32 VMEM scratch; 'none': the whole contraction "
+                   "in one grid step (block_k unused), its dot written straight to the output")
+
+
+def matmul_vmem_bytes(bm: int, bk: int, bn: int, buffers: int, dtype: str, accumulator: bool = True) -> int:
     """A tiled matmul's VMEM: pipelined lhs/rhs blocks, the double-buffered output block
-    and its f32 accumulator."""
+    and its f32 accumulator (none when the whole contraction is one block)."""
     return (buffers * (tile_bytes((bm, bk), dtype) + tile_bytes((bk, bn), dtype))
-            + 2 * tile_bytes((bm, bn), dtype) + tile_bytes((bm, bn), "float32"))
+            + 2 * tile_bytes((bm, bn), dtype) + accumulator * tile_bytes((bm, bn), "float32"))
 
 
 def _toward(value, full):

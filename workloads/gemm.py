@@ -4,9 +4,10 @@ Inputs (spec 8p): ``split(key(42), 2)`` -> A (M, K) ~ N(0,1), B (K, N) ~ N(0,1)*
 The check's seeds (never 0) draw A structured (``base.structured_normal``: per-row and
 per-column means and scales, correlated rows, outliers) and B with scales, low rank and
 outliers but no means (``WEIGHT_STRUCTURE``), so C is not predictable from the inputs' moments.
-The check runs at M=1024, K=1024, N=2048: multiples of the largest blocks in the
-template's space (and of jax's tuned expert blocks bm=1024, bk=1024, bn=2048), so a kernel tuned for
-the full size is checked with its own tiling. Only the sizes shrink, not the tiling.
+The check runs at M=1024, K=1024, N=2048: multiples of jax's tuned expert blocks (bm=1024,
+bk=1024, bn=2048), so a kernel tuned for the full size is checked with its own tiling (a
+larger block climbs the check ladder, ``Workload.check_rungs``). Only the sizes shrink, not
+the tiling.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from .base import (
+    ACCUMULATOR,
     WEIGHT_STRUCTURE,
     Knob,
     ScheduleSpace,
@@ -26,8 +28,10 @@ from .base import (
     seeded_normal,
 )
 
-BLOCKS_MK = (128, 256, 512, 1024)
+BLOCKS_M = (128, 256, 512, 1024, 2048)
+BLOCKS_K = (128, 256, 512, 1024)
 BLOCKS_N = (128, 256, 512, 1024, 2048)
+VMEM_LIMIT = 100 * 2**20  # the template's scoped VMEM limit (templates/gemm.py)
 
 
 class Gemm(Workload):
@@ -59,16 +63,19 @@ class Gemm(Workload):
         dims = {"block_m": ("M", config["M"]), "block_k": ("K", config["K"]), "block_n": ("N", config["N"])}
 
         def check(s):
-            return indivisible(dims, s) or over_vmem(
-                matmul_vmem_bytes(s["block_m"], s["block_k"], s["block_n"], s["buffers"], dt))
+            whole_k = s["accumulator"] == "none"
+            need = matmul_vmem_bytes(s["block_m"], config["K"] if whole_k else s["block_k"], s["block_n"],
+                                     s["buffers"], dt, accumulator=not whole_k)
+            return indivisible(dims, s) or over_vmem(need, VMEM_LIMIT)
 
         return ScheduleSpace(
             [
-                Knob("block_m", BLOCKS_MK, 512, "rows of A and C per grid step"),
-                Knob("block_k", BLOCKS_MK, 1024, "contraction depth per grid step"),
+                Knob("block_m", BLOCKS_M, 512, "rows of A and C per grid step"),
+                Knob("block_k", BLOCKS_K, 1024, "contraction depth per grid step"),
                 Knob("block_n", BLOCKS_N, 1024, "columns of B and C per grid step"),
                 Knob("buffers", (1, 2), 2, "pipeline buffers for the A and B blocks (jax 0.10.2 lowers only 1 or 2)"),
                 Knob("order", ("mn", "nm"), "mn", "which output axis the outer grid loop walks"),
+                ACCUMULATOR,
             ],
             check,
         )

@@ -31,6 +31,7 @@ import jax
 
 from . import kernelbench as kb
 from .base import (
+    ACCUMULATOR,
     Knob,
     ScheduleSpace,
     indivisible,
@@ -43,7 +44,7 @@ from .base import (
 FOLD = Knob("fold", ("none", "weights"), "none",
             "'weights': the row sum after the matmul computed as x @ (w summed over its output columns): "
             "N times fewer FLOPs, exact up to rounding")
-BLOCKS_M = (128, 256, 512, 1024)
+BLOCKS_M = (128, 256, 512, 1024, 2048)
 BLOCKS_K = (256, 512, 1024, 2048)
 BLOCKS_N = (256, 512, 1024, 2048)
 VMEM_LIMIT = 100 * 2**20  # the template's scoped VMEM limit (templates/matmul_family.py)
@@ -159,8 +160,10 @@ class MatmulWorkload(kb.KernelBenchWorkload):
                 dims["block_n"] = (self.n_key, n)
             if group and "block_n" in s and bn % group:
                 return f"block_n={bn} splits the groups of {group} columns"
+            whole_k = s.get("accumulator") == "none"
             # The epilogue's f32 temporaries: about three tiles (e.g. softmax's exp and sum).
-            need = (matmul_vmem_bytes(s["block_m"], s["block_k"], bn, s["buffers"], dt)
+            need = (matmul_vmem_bytes(s["block_m"], k if whole_k else s["block_k"], bn, s["buffers"], dt,
+                                      accumulator=not whole_k)
                     + 3 * tile_bytes((s["block_m"], bn), "float32"))
             return indivisible(dims, s) or over_vmem(need, VMEM_LIMIT)
 
@@ -172,5 +175,6 @@ class MatmulWorkload(kb.KernelBenchWorkload):
             knobs.append(Knob("block_n", tuple(sorted({*BLOCKS_N, n})), n,
                               f"output columns per grid step: {n} keeps whole rows, fewer carries the row "
                               "reduction across tiles"))
-        knobs += [Knob("buffers", (1, 2), 2, "pipeline buffers for the x and w blocks"), *self.extra_knobs]
+        knobs += [Knob("buffers", (1, 2), 2, "pipeline buffers for the x and w blocks"), ACCUMULATOR,
+                  *self.extra_knobs]
         return ScheduleSpace(knobs, check)

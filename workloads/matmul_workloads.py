@@ -561,8 +561,8 @@ class GemmSigmoidLogsumexp(RowMatmulWorkload):
 
 
     def workload(x, w1, b1, w2, b2):
-        hidden_k = SCHEDULE["block_k"]  # the second matmul contracts over hidden_size
-        while CONFIG["hidden_size"] % hidden_k:
+        hidden_k = tiling()["bk"]  # the second matmul contracts over hidden_size (None: all of it)
+        while hidden_k and CONFIG["hidden_size"] % hidden_k:
             hidden_k //= 2
         h = fused_matmul(x, w1, (row(b1),), epilogue=hidden_epilogue, transpose_w=True, **tiling())
         z = fused_matmul(h, w2, (row(b2),), epilogue=logsumexp_epilogue, transpose_w=True, out_cols=1,

@@ -22,34 +22,42 @@ from jax.experimental.pallas import tpu as pltpu
 VMEM_LIMIT = 100 * 2**20
 
 
-def accumulate(x_ref, w_ref, acc_ref, transpose_w):
-    """acc += x @ w (or x @ w.T) in f32, from zero at the first K step (grid axis 2)."""
+def matmul_tile(x_ref, w_ref, acc_ref, transpose_w):
+    """The f32 tile x @ w (or x @ w.T), as a function to call once it is complete (at the
+    last K step, grid axis 2). With K in one step (``acc_ref`` None) it is this step's dot,
+    written out without a round trip through VMEM; else the dots accumulate in ``acc_ref``."""
+    contract = ((1,), (1,)) if transpose_w else ((1,), (0,))
+
+    def dot():
+        return jax.lax.dot_general(x_ref[...], w_ref[...], (contract, ((), ())), preferred_element_type=jnp.float32)
+
+    if acc_ref is None:
+        return dot
+
     @pl.when(pl.program_id(2) == 0)
     def _init():
         acc_ref[...] = jnp.zeros_like(acc_ref)
 
-    contract = ((1,), (1,)) if transpose_w else ((1,), (0,))
-    acc_ref[...] += jax.lax.dot_general(x_ref[...], w_ref[...], (contract, ((), ())),
-                                        preferred_element_type=jnp.float32)
+    acc_ref[...] += dot()
+    return lambda: acc_ref[...]
 
 
-def fused_matmul_kernel(x_ref, w_ref, *refs, epilogue, transpose_w, n_operands):
-    operand_refs, (o_ref, acc_ref) = refs[:n_operands], refs[n_operands:]
-    k = pl.program_id(2)
-    accumulate(x_ref, w_ref, acc_ref, transpose_w)
+def fused_matmul_kernel(x_ref, w_ref, *refs, epilogue, transpose_w, n_operands, single_k):
+    operand_refs, o_ref = refs[:n_operands], refs[n_operands]
+    tile = matmul_tile(x_ref, w_ref, None if single_k else refs[-1], transpose_w)
 
-    @pl.when(k == pl.num_programs(2) - 1)
+    @pl.when(pl.program_id(2) == pl.num_programs(2) - 1)
     def _finish():
-        o_ref[...] = epilogue(acc_ref[...], *(r[...] for r in operand_refs)).astype(o_ref.dtype)
+        o_ref[...] = epilogue(tile(), *(r[...] for r in operand_refs)).astype(o_ref.dtype)
 
 
-def row_reduce_kernel(x_ref, w_ref, *refs, epilogue, combine, finish, transpose_w, n_operands):
+def row_reduce_kernel(x_ref, w_ref, *refs, epilogue, combine, finish, transpose_w, n_operands, single_k):
     """fused_matmul_kernel over tiles of a row: at each tile's last K step the epilogue maps
     it to per-row carries (a tuple of (bm, 1) arrays), merged with ``combine`` across the
     row's N tiles; the last tile writes ``finish(carries)``."""
-    operand_refs, (o_ref, acc_ref, carry_ref) = refs[:n_operands], refs[n_operands:]
+    operand_refs, o_ref, carry_ref = refs[:n_operands], refs[n_operands], refs[n_operands + 1]
     j, k = pl.program_id(1), pl.program_id(2)
-    accumulate(x_ref, w_ref, acc_ref, transpose_w)
+    tile = matmul_tile(x_ref, w_ref, None if single_k else refs[-1], transpose_w)
 
     def carries():
         return tuple(carry_ref[c][:, :1] for c in range(carry_ref.shape[0]))
@@ -60,13 +68,18 @@ def row_reduce_kernel(x_ref, w_ref, *refs, epilogue, combine, finish, transpose_
 
     @pl.when(k == pl.num_programs(2) - 1)
     def _tile_done():
-        part = epilogue(acc_ref[...], *(r[...] for r in operand_refs))
+        part = epilogue(tile(), *(r[...] for r in operand_refs))
         pl.when(j == 0)(lambda: store(part))
         pl.when(j > 0)(lambda: store(combine(carries(), part)))
 
         @pl.when(j == pl.num_programs(1) - 1)
         def _row_done():
             o_ref[...] = finish(carries()).astype(o_ref.dtype)
+
+
+def accumulator(bm, bn, bk, kdim):
+    """The f32 accumulator's scratch, last among a kernel's scratch refs: none when K is one block."""
+    return [] if bk == kdim else [pltpu.VMEM((bm, bn), jnp.float32)]
 
 
 def _operand_spec(shape, bm, bn):
@@ -83,10 +96,11 @@ def fused_matmul(x, w, operands=(), *, epilogue, transpose_w=False, out_cols=Non
     """epilogue(x @ w) over (bm, bn) tiles. ``out_cols`` set: the epilogue reduces whole
     rows to ``out_cols`` columns (needs bn = N), unless a ``reduction`` says how: then the
     epilogue maps each (bm, bn) tile to per-row carries and ``reduction`` is
-    (combine, finish, number of carries), see ``row_reduce_kernel``."""
+    (combine, finish, number of carries), see ``row_reduce_kernel``. ``bk`` None: the
+    whole contraction in one grid step, with no accumulator."""
     m, kdim = x.shape
     n = w.shape[0] if transpose_w else w.shape[1]
-    bn = bn or n
+    bn, bk = bn or n, bk or kdim
     if reduction is not None:
         combine, finish, n_carries = reduction
         if bn == n:  # one tile per row: its carries are the row's
@@ -105,7 +119,7 @@ def fused_matmul(x, w, operands=(), *, epilogue, transpose_w=False, out_cols=Non
         assert bn == n, "a row-reducing epilogue needs whole rows"
         out_spec, out_shape = pl.BlockSpec((bm, out_cols), lambda i, j, k: (i, 0)), (m, out_cols)
     kernel = functools.partial(fused_matmul_kernel, epilogue=epilogue, transpose_w=transpose_w,
-                               n_operands=len(operands))
+                               n_operands=len(operands), single_k=bk == kdim)
     return pl.pallas_call(
         kernel,
         grid=(m // bm, n // bn, kdim // bk),
@@ -113,7 +127,7 @@ def fused_matmul(x, w, operands=(), *, epilogue, transpose_w=False, out_cols=Non
                   *(_operand_spec(a.shape, bm, bn) for a in operands)],
         out_specs=out_spec,
         out_shape=jax.ShapeDtypeStruct(out_shape, x.dtype),
-        scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32)],
+        scratch_shapes=accumulator(bm, bn, bk, kdim),
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary"),
                                              vmem_limit_bytes=VMEM_LIMIT),
     )(x, w, *operands)
@@ -149,6 +163,7 @@ def folded_matmul(x, w, operands=(), *, epilogue, transpose_w=False, bm, bk, bn=
     kernels: the weight sums (1, K) in f32, then each row of x dotted with them."""
     m, kdim = x.shape
     n = w.shape[0] if transpose_w else w.shape[1]
+    bk = bk or kdim
     rows = 512 if n % 512 == 0 else n  # output columns summed per step
     params = pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary"),
                                   vmem_limit_bytes=VMEM_LIMIT)
@@ -184,7 +199,7 @@ def _row_reduce(x, w, operands, epilogue, combine, finish, n_carries, transpose_
     w_spec = (pl.BlockSpec((bn, bk), lambda i, j, k: (j, k), **pipeline) if transpose_w
               else pl.BlockSpec((bk, bn), lambda i, j, k: (k, j), **pipeline))
     kernel = functools.partial(row_reduce_kernel, epilogue=epilogue, combine=combine, finish=finish,
-                               transpose_w=transpose_w, n_operands=len(operands))
+                               transpose_w=transpose_w, n_operands=len(operands), single_k=bk == kdim)
     return pl.pallas_call(
         kernel,
         grid=(m // bm, n // bn, kdim // bk),
@@ -192,7 +207,7 @@ def _row_reduce(x, w, operands, epilogue, combine, finish, n_carries, transpose_
                   *(_operand_spec(a.shape, bm, bn) for a in operands)],
         out_specs=pl.BlockSpec((bm, out_cols), lambda i, j, k: (i, 0)),  # written at the row's last tile
         out_shape=jax.ShapeDtypeStruct((m, out_cols), x.dtype),
-        scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32), pltpu.VMEM((n_carries, bm, 128), jnp.float32)],
+        scratch_shapes=[pltpu.VMEM((n_carries, bm, 128), jnp.float32), *accumulator(bm, bn, bk, kdim)],
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary", "arbitrary"),
                                              vmem_limit_bytes=VMEM_LIMIT),
     )(x, w, *operands)
@@ -222,7 +237,8 @@ MAX_REDUCTION = (lambda a, b: (jnp.maximum(a[0], b[0]),), lambda c: c[0], 1)
 def tiling():
     """The schedule's tiling arguments for fused_matmul."""
     s = SCHEDULE
-    return dict(bm=s["block_m"], bk=s["block_k"], bn=s.get("block_n"), buffers=s["buffers"])
+    whole_k = s.get("accumulator") == "none"
+    return dict(bm=s["block_m"], bk=None if whole_k else s["block_k"], bn=s.get("block_n"), buffers=s["buffers"])
 
 
 def row(v):
