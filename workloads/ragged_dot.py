@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from .base import (
+    ACCUMULATOR,
     WEIGHT_STRUCTURE,
     Knob,
     ScheduleSpace,
@@ -36,6 +37,7 @@ from .base import (
 
 BLOCKS_MK = (128, 256, 512, 1024)
 BLOCKS_N = (128, 256, 512, 1024, 2048)
+VMEM_LIMIT = 100 * 2**20  # the template's scoped VMEM limit (templates/ragged_dot.py)
 CHECK_GROUPS = 2
 CHECK_ROWS_PER_GROUP = 1024
 
@@ -83,11 +85,11 @@ class RaggedDot(Workload):
         dims = {"block_m": ("M/num_groups", config["M"] // config["num_groups"]),
                 "block_k": ("K", config["K"]), "block_n": ("N", config["N"])}
 
-        def check(s):
-            # As gemm's estimate. Errs on the safe side: at bf16 the largest blocks (1024, 1024,
-            # 2048, 2 buffers) are estimated at 28 MiB and compile for v6e in 32 MiB.
-            return indivisible(dims, s) or over_vmem(
-                matmul_vmem_bytes(s["block_m"], s["block_k"], s["block_n"], s["buffers"], dt))
+        def check(s):  # as gemm's estimate
+            whole_k = s["accumulator"] == "none"
+            need = matmul_vmem_bytes(s["block_m"], config["K"] if whole_k else s["block_k"], s["block_n"],
+                                     s["buffers"], dt, accumulator=not whole_k)
+            return indivisible(dims, s) or over_vmem(need, VMEM_LIMIT)
 
         return ScheduleSpace(
             [
@@ -95,6 +97,7 @@ class RaggedDot(Workload):
                 Knob("block_k", BLOCKS_MK, 1024, "contraction depth per grid step"),
                 Knob("block_n", BLOCKS_N, 1024, "columns of a group's weights and out per grid step"),
                 Knob("buffers", (1, 2), 2, "pipeline buffers for the x and weight blocks (jax 0.10.2 lowers only 1 or 2)"),
+                ACCUMULATOR,
             ],
             check,
         )
