@@ -96,6 +96,7 @@ def test_space_rejects_impossible_schedules():
 SCHEDULES = [
     {"block_tokens": 512, "block_mlp": 512, "buffers": 1, "vmem_limit_mib": 64},
     {"block_tokens": 128, "block_mlp": 128, "buffers": 2, "vmem_limit_mib": 32},
+    {"block_tokens": 1024, "block_mlp": 256, "buffers": 2, "vmem_limit_mib": 96},
 ]
 
 

@@ -64,7 +64,10 @@ def test_degenerate_outputs_fail():
 def test_space_rejects_impossible_schedules():
     space = W.schedule_space()
     assert space.check(space.default()) is None
-    assert "VMEM" in space.check({"block_tokens": 1024, "block_mlp": 1024, "block_emb": 1024, "buffers": 2})
+    largest = {"block_tokens": 1024, "block_mlp": 1024, "block_emb": 2048, "buffers": 2, "accumulator": "vmem"}
+    assert space.check(largest) is None  # under the template's 100 MiB scoped limit
+    assert "VMEM" in space.check({**largest, "accumulator": "none"})  # x and gate/up with all 8192 of emb_dim
+    assert space.check({**largest, "block_mlp": 512, "accumulator": "none"}) is None
     small = SwiGLUMLP({"batch": 1, "seq_len": 384})
     assert "divide" in small.schedule_space().check({**space.default(), "block_tokens": 256})
     with pytest.raises(ValueError):
@@ -72,7 +75,8 @@ def test_space_rejects_impossible_schedules():
 
 
 SCHEDULES = [{"block_tokens": 1024, "block_mlp": 1024, "block_emb": 512, "buffers": 1},
-             {"block_tokens": 256, "block_mlp": 512, "block_emb": 1024, "buffers": 1}]
+             {"block_tokens": 256, "block_mlp": 512, "block_emb": 1024, "buffers": 1},
+             {"block_tokens": 512, "block_mlp": 256, "block_emb": 512, "buffers": 2, "accumulator": "none"}]
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES, ids=schedule_id)

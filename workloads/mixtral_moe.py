@@ -9,11 +9,11 @@ from an f32 one-hot; out = sum_e w_e y_e as one einsum (a dot over the experts) 
 y with the f32 w, so f32.
 Output (batch, seq_len, emb_dim) f32, tolerance 1e-1/1e-1.
 
-The check runs at batch=1, seq_len=512, emb_dim=2048, mlp_dim=512, num_experts=4, still
-with top-2 routing. 512 tokens and mlp_dim=512 are multiples of the largest block_tokens
-(512) and block_mlp (512) in the space, so every schedule is checked with its own tiling;
+The check runs at batch=1, seq_len=1024, emb_dim=2048, mlp_dim=512, num_experts=4, still
+with top-2 routing. 1024 tokens and mlp_dim=512 are multiples of the largest block_tokens
+(1024) and block_mlp (512) in the space, so every schedule is checked with its own tiling;
 emb_dim is not tiled by the template. The full-size experts (8 x 3 x 4096 x 14336) cost
-~1.4 TFLOP per 512 tokens, far too slow for a CPU, so the experts shrink: the expert
+~2.9 TFLOP per 1024 tokens, far too slow for a CPU, so the experts shrink: the expert
 count is a grid axis of the kernel like the batch (check_config keeps it at
 min(num_experts, max(4, 2k)) so routing still picks k of at least 2k), and emb_dim is
 shrunk less than mlp_dim because the output's scale grows like emb_dim*sqrt(mlp_dim)
@@ -47,7 +47,7 @@ from .base import (
 )
 from .essential import spec_arrays
 
-BLOCK_TOKENS = (64, 128, 256, 512)
+BLOCK_TOKENS = (64, 128, 256, 512, 1024)
 BLOCK_MLP = (128, 256, 512)
 VMEM_LIMITS_MIB = (32, 64, 96)
 
@@ -78,7 +78,7 @@ class MixtralMoE(Workload):
     description = "Mixtral-8x7B MoE layer: top-2 of 8 experts, every expert computed densely, f32 output"
     defaults = {"batch": 2, "seq_len": 4096, "emb_dim": 4096, "mlp_dim": 14336, "num_experts": 8,
                 "num_experts_per_tok": 2, "dtype": "bfloat16"}
-    check_overrides = {"batch": 1, "seq_len": 512, "emb_dim": 2048, "mlp_dim": 512, "num_experts": 4}
+    check_overrides = {"batch": 1, "seq_len": 1024, "emb_dim": 2048, "mlp_dim": 512, "num_experts": 4}
     atol = 1e-1
     rtol = 1e-1
     template_file = "mixtral_moe.py"

@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from .base import (
+    ACCUMULATOR,
     WEIGHT_STRUCTURE,
     Knob,
     ScheduleSpace,
@@ -39,20 +40,23 @@ from .base import (
 BLOCK_TOKENS = (128, 256, 512, 1024)
 BLOCK_MLP = (128, 256, 512, 1024)
 BLOCK_EMB = (128, 256, 512, 1024, 2048)
+VMEM_LIMIT = 100 * 2**20  # the template's scoped VMEM limit (templates/swiglu_mlp.py)
 
 
-def swiglu_vmem_bytes(bt: int, bf: int, be: int, buffers: int, dt: str) -> int:
+def swiglu_vmem_bytes(bt: int, bf: int, be: int, buffers: int, dt: str, be1: int | None = None) -> int:
     """Estimated scoped VMEM of the template: the larger of its two kernels.
 
-    Kernel 1 (h = silu(x@gate) * (x@up)): ``buffers`` copies of the x, gate and up blocks,
-    the double-buffered h block, two f32 accumulators and ~3 f32 (bt, bf) temporaries of
-    the epilogue and the per-step products. Kernel 2 (h @ down): ``buffers`` copies of the
+    Kernel 1 (h = silu(x@gate) * (x@up)), contracting ``be1`` (``be`` unless given) per
+    step: ``buffers`` copies of the x, gate and up blocks, the double-buffered h block, two
+    f32 accumulators (counted even when ``be1`` is all of emb_dim and there are none) and ~3 f32
+    (bt, bf) temporaries of the epilogue and the per-step products. Kernel 2 (h @ down): ``buffers`` copies of the
     h and down blocks, the double-buffered output block, the f32 accumulator and one f32
-    (bt, be) product. Checked on the v6e compiler at full size: the largest allowed blocks
-    (1024/1024/1024 with 1 buffer, estimated 30 MiB; 512/1024/2048 with 2, estimated 32 MiB)
-    compile within the default 32 MiB scoped limit.
+    (bt, be) product. Checked on the v6e compiler at full size: 1024/1024/1024 blocks with 1
+    buffer (estimated 30 MiB) and 512/1024/2048 with 2 (32 MiB) compile within 32 MiB; the
+    template asks for 100 MiB.
     """
-    k1 = (buffers * (tile_bytes((bt, be), dt) + 2 * tile_bytes((be, bf), dt))
+    be1 = be1 or be
+    k1 = (buffers * (tile_bytes((bt, be1), dt) + 2 * tile_bytes((be1, bf), dt))
           + 2 * tile_bytes((bt, bf), dt)
           + 5 * tile_bytes((bt, bf), "float32"))
     k2 = (buffers * (tile_bytes((bt, bf), dt) + tile_bytes((bf, be), dt))
@@ -99,8 +103,10 @@ class SwiGLUMLP(Workload):
                 "block_emb": ("emb_dim", config["emb_dim"])}
 
         def check(s):
+            be1 = config["emb_dim"] if s["accumulator"] == "none" else None
             return indivisible(dims, s) or over_vmem(
-                swiglu_vmem_bytes(s["block_tokens"], s["block_mlp"], s["block_emb"], s["buffers"], dt))
+                swiglu_vmem_bytes(s["block_tokens"], s["block_mlp"], s["block_emb"], s["buffers"], dt, be1),
+                VMEM_LIMIT)
 
         return ScheduleSpace(
             [
@@ -108,6 +114,9 @@ class SwiGLUMLP(Workload):
                 Knob("block_mlp", BLOCK_MLP, 512, "mlp_dim columns of h per step (kernel 1); contraction depth of h @ down (kernel 2)"),
                 Knob("block_emb", BLOCK_EMB, 1024, "emb_dim contraction depth of x @ gate/up (kernel 1); output columns (kernel 2)"),
                 Knob("buffers", (1, 2), 2, "pipeline buffers for the input blocks (jax 0.10.2 lowers only 1 or 2)"),
+                Knob("accumulator", ACCUMULATOR.values, ACCUMULATOR.default,
+                     "kernel 1's x @ gate/up: 'vmem' sums the emb_dim blocks in f32 VMEM scratch; 'none' "
+                     "contracts all of emb_dim in one grid step (kernel 2 still tiles emb_dim by block_emb)"),
             ],
             check,
         )

@@ -19,6 +19,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 SCHEDULE = {"block_t": 512, "block_v": 512, "buffers": 2}
+VMEM_LIMIT = 100 * 2**20  # above the 32 MiB default, so wide vocab blocks fit; v6e has 128 MiB
 
 
 def cross_entropy_kernel(hidden_ref, weight_ref, labels_ref, loss_ref, m_ref, l_ref, picked_ref, *, vocab):
@@ -69,7 +70,8 @@ def token_losses(hidden, weight, labels, *, bt, bv, buffers):
             pltpu.VMEM((bt, 128), jnp.float32),  # l: running row sum of exp(logit - m)
             pltpu.VMEM((bt, 128), jnp.float32),  # the label's logit
         ],
-        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary")),
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary"),
+                                             vmem_limit_bytes=VMEM_LIMIT),
     )(hidden, weight, labels.reshape(tokens, 1).astype(jnp.int32))
 
 

@@ -2,7 +2,8 @@
 
 x (..., E) is flattened to (tokens, E). Kernel 1 tiles (tokens, mlp, emb) and keeps two
 f32 VMEM accumulators, for x @ gate and x @ up; on the last emb step it writes
-h = silu(x @ gate) * (x @ up) in bf16. Kernel 2 is a tiled matmul h @ down over
+h = silu(x @ gate) * (x @ up) in bf16 (with accumulator "none", the whole emb_dim in one
+step and no accumulators). Kernel 2 is a tiled matmul h @ down over
 (tokens, emb, mlp) with an f32 accumulator.
 """
 
@@ -13,7 +14,20 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-SCHEDULE = {"block_tokens": 512, "block_mlp": 512, "block_emb": 1024, "buffers": 2}
+SCHEDULE = {"block_tokens": 512, "block_mlp": 512, "block_emb": 1024, "buffers": 2, "accumulator": "vmem"}
+VMEM_LIMIT = 100 * 2**20  # above the 32 MiB default, so whole-emb_dim blocks fit; v6e has 128 MiB
+
+
+def silu_gate(h_ref, g, u):
+    g = g.astype(h_ref.dtype).astype(jnp.float32)  # rounded as the reference's bf16 matmuls are
+    u = u.astype(h_ref.dtype).astype(jnp.float32)
+    h_ref[...] = (g * jax.nn.sigmoid(g) * u).astype(h_ref.dtype)
+
+
+def whole_emb_kernel(x_ref, g_ref, u_ref, h_ref):
+    x = x_ref[...]
+    silu_gate(h_ref, jnp.dot(x, g_ref[...], preferred_element_type=jnp.float32),
+              jnp.dot(x, u_ref[...], preferred_element_type=jnp.float32))
 
 
 def gate_up_kernel(x_ref, g_ref, u_ref, h_ref, accg_ref, accu_ref):
@@ -30,9 +44,7 @@ def gate_up_kernel(x_ref, g_ref, u_ref, h_ref, accg_ref, accu_ref):
 
     @pl.when(k == pl.num_programs(2) - 1)
     def _store():
-        g = accg_ref[...].astype(h_ref.dtype).astype(jnp.float32)
-        u = accu_ref[...].astype(h_ref.dtype).astype(jnp.float32)
-        h_ref[...] = (g * jax.nn.sigmoid(g) * u).astype(h_ref.dtype)
+        silu_gate(h_ref, accg_ref[...], accu_ref[...])
 
 
 def down_kernel(h_ref, d_ref, o_ref, acc_ref):
@@ -49,26 +61,28 @@ def down_kernel(h_ref, d_ref, o_ref, acc_ref):
         o_ref[...] = acc_ref[...].astype(o_ref.dtype)
 
 
-@functools.partial(jax.jit, static_argnames=("bt", "bf", "be", "buffers"))
-def swiglu(x, gate, up, down, *, bt, bf, be, buffers):
+@functools.partial(jax.jit, static_argnames=("bt", "bf", "be", "buffers", "whole_emb"))
+def swiglu(x, gate, up, down, *, bt, bf, be, buffers, whole_emb):
     shape = x.shape
     e = shape[-1]
     f = gate.shape[1]
     x2 = x.reshape(-1, e)
     t = x2.shape[0]
     pipeline = {} if buffers == 2 else {"pipeline_mode": pl.Buffered(buffers)}
-    params = pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary"))
+    params = pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary"),
+                                  vmem_limit_bytes=VMEM_LIMIT)
+    be1 = e if whole_emb else be  # kernel 1's contraction depth
     h = pl.pallas_call(
-        gate_up_kernel,
-        grid=(t // bt, f // bf, e // be),
+        whole_emb_kernel if whole_emb else gate_up_kernel,
+        grid=(t // bt, f // bf, e // be1),
         in_specs=[
-            pl.BlockSpec((bt, be), lambda i, j, k: (i, k), **pipeline),
-            pl.BlockSpec((be, bf), lambda i, j, k: (k, j), **pipeline),
-            pl.BlockSpec((be, bf), lambda i, j, k: (k, j), **pipeline),
+            pl.BlockSpec((bt, be1), lambda i, j, k: (i, k), **pipeline),
+            pl.BlockSpec((be1, bf), lambda i, j, k: (k, j), **pipeline),
+            pl.BlockSpec((be1, bf), lambda i, j, k: (k, j), **pipeline),
         ],
         out_specs=pl.BlockSpec((bt, bf), lambda i, j, k: (i, j)),
         out_shape=jax.ShapeDtypeStruct((t, f), x.dtype),
-        scratch_shapes=[pltpu.VMEM((bt, bf), jnp.float32), pltpu.VMEM((bt, bf), jnp.float32)],
+        scratch_shapes=[] if whole_emb else [pltpu.VMEM((bt, bf), jnp.float32), pltpu.VMEM((bt, bf), jnp.float32)],
         compiler_params=params,
     )(x2, gate, up)
     out = pl.pallas_call(
@@ -89,4 +103,4 @@ def swiglu(x, gate, up, down, *, bt, bf, be, buffers):
 def workload(x, gate, up, down):
     s = SCHEDULE
     return swiglu(x, gate, up, down, bt=s["block_tokens"], bf=s["block_mlp"], be=s["block_emb"],
-                  buffers=s["buffers"])
+                  buffers=s["buffers"], whole_emb=s["accumulator"] == "none")
