@@ -164,9 +164,9 @@ def report(rows: list[Row], cal: Calibration) -> dict:
             "optimal_seconds_on_xla_baselines": scored(xla, "optimal_ms")}
 
 
-SWEEP = [  # gemm template schedules: (block_m, block_k, block_n, buffers)
+SWEEP = [  # gemm template schedules: (block_m, block_k, block_n, buffers); block_k None: all of K, no accumulator
     (128, 128, 128, 2), (256, 256, 256, 2), (512, 512, 512, 2), (512, 1024, 1024, 2), (1024, 1024, 1024, 2),
-    (1024, 1024, 2048, 2), (512, 1024, 1024, 1), (1024, 1024, 2048, 1),
+    (1024, 1024, 2048, 2), (512, 1024, 1024, 1), (1024, 1024, 2048, 1), (1024, None, 1024, 2), (2048, None, 256, 2),
 ]
 
 
@@ -180,7 +180,8 @@ def gemm_sweep(cache_dir=None) -> list[dict]:
     try:
         base = ev.workload.schedule_space().default()
         for bm, bk, bn, buffers in SWEEP:
-            schedule = {**base, "block_m": bm, "block_k": bk, "block_n": bn, "buffers": buffers}
+            schedule = {**base, "block_m": bm, "block_k": bk or base["block_k"], "block_n": bn, "buffers": buffers,
+                        "accumulator": "vmem" if bk else "none"}
             r = ev.evaluate(Candidate(ev.workload.template_source(), schedule), check=False)
             kernels = (r.details.get("sim") or {}).get("kernels") or [{}]
             out.append({"schedule": schedule, "time_ms": r.time_ms, "error": r.error,

@@ -515,7 +515,9 @@ def cmd_sim_report(args) -> int:
               f"(x{math.exp(e['max_abs_log_error']):.2f})")
     print("\ngemm template at full size (8192x8192 @ 8192x28672), predicted per schedule:")
     for t in rep["gemm_sweep"]:
-        sched = ", ".join(f"{k}={t['schedule'][k]}" for k in ("block_m", "block_k", "block_n", "buffers"))
+        whole_k = t["schedule"].get("accumulator") == "none"
+        sched = ", ".join(f"{k}={'K' if k == 'block_k' and whole_k else t['schedule'][k]}"
+                          for k in ("block_m", "block_k", "block_n", "buffers"))
         time_txt = f"{t['time_ms']:.3f} ms ({t['steps']} steps, compute from {t['compute_from']})" \
             if t["time_ms"] is not None else f"rejected: {short(t['error'], 70)}"
         print(f"  {sched:<52} {time_txt}")
