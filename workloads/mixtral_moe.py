@@ -49,7 +49,9 @@ from .essential import spec_arrays
 
 BLOCK_TOKENS = (64, 128, 256, 512, 1024)
 BLOCK_MLP = (128, 256, 512)
-VMEM_LIMITS_MIB = (32, 64, 96)
+# The template's fixed scoped VMEM limit (templates/mixtral_moe.py): a limit knob would only
+# unlock other knobs' values, a two-knob move a one-knob search never makes.
+VMEM_LIMIT = 100 * 2**20
 
 
 def moe_vmem_bytes(bt: int, bf: int, d: int, buffers: int, dt: str) -> int:
@@ -146,7 +148,7 @@ class MixtralMoE(Workload):
             if f % s["block_mlp"]:
                 return f"block_mlp={s['block_mlp']} does not divide mlp_dim={f}"
             vmem = moe_vmem_bytes(s["block_tokens"], s["block_mlp"], d, s["buffers"], dt)
-            return over_vmem(vmem, s["vmem_limit_mib"] * 2**20)
+            return over_vmem(vmem, VMEM_LIMIT)
 
         return ScheduleSpace(
             [
@@ -154,7 +156,6 @@ class MixtralMoE(Workload):
                      "block re-streams every expert's weights"),
                 Knob("block_mlp", BLOCK_MLP, 256, "mlp_dim (intermediate) columns of gate/up, rows of down, per step"),
                 Knob("buffers", (1, 2), 2, "pipeline buffers for the gate, up and down blocks (Mosaic lowers 1 or 2)"),
-                Knob("vmem_limit_mib", VMEM_LIMITS_MIB, 64, "the kernel's scoped VMEM limit (v6e has 128 MiB)"),
             ],
             check,
         )
