@@ -102,17 +102,18 @@ def test_crashing_candidate_process_is_reported(make_env):
 def test_schedule_outside_the_space(make_env):
     env = make_env("gemm", SMALL_GEMM, action_mode="schedule")
     env.reset(seed=0)
-    bad = np.array([99, 0, 0, 0, 0])
+    bad = np.array([99, 0, 0, 0, 0, 0])
     _, reward, _, _, info = env.step(bad)
     assert reward == PENALTY and "index 99 outside" in info["error"]
     _, reward, _, _, info = env.step(np.array([0, 0]))
-    assert reward == PENALTY and "needs 5 indices" in info["error"]
+    assert reward == PENALTY and "needs 6 indices" in info["error"]
 
 
 def test_schedule_over_vmem_is_rejected_with_reason(make_env):
     env = make_env("gemm", {"dtype": "float32"}, action_mode="schedule")  # full size, f32 tiles
     space = env.schedule_space
-    action = space.encode({"block_m": 1024, "block_k": 1024, "block_n": 2048, "buffers": 2, "order": "mn"})
+    action = space.encode({"block_m": 2048, "block_k": 1024, "block_n": 2048, "buffers": 2, "order": "mn",
+                           "accumulator": "none"})  # all of K=8192 in one step: ~288 MiB of f32 blocks
     _, reward, _, _, info = env.step(action)
     assert reward == PENALTY and "VMEM" in info["error"]
 

@@ -74,7 +74,7 @@ SEED0_HASHES = {
     "matmul_swish_scaling": "18949315bc48a665",
     "matmul_swish_sum_groupnorm": "a42125db6e32ce94",
     "megablox_gmm": "1b84469826d297d2",
-    "mixtral_moe": "0a53d16ffc0da1f7",
+    "mixtral_moe": "aeb2d026ba2adf1c",
     "mla_attention": "7bda3b06c3ef9369",  # batch 2 (since 2026-12-05)
     "paged_attention": "416f2d184bff4dce",
     "ragged_dot": "cf00b72b19719b27",

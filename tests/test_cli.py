@@ -113,7 +113,7 @@ def test_show_describes_the_workload(cli):
     assert p.returncode == 0, p.stderr
     obj = json.loads(p.stdout)
     assert obj["config"]["M"] == 1024 and obj["defaults"]["M"] == 8192 and obj["expert"] == "gemm.py"
-    assert [k["name"] for k in obj["knobs"]] == ["block_m", "block_k", "block_n", "buffers", "order"]
+    assert [k["name"] for k in obj["knobs"]] == ["block_m", "block_k", "block_n", "buffers", "order", "accumulator"]
     assert all(k["default"] in k["values"] for k in obj["knobs"]) and obj["atol"] > 0
     p = cli("show", "ragged_paged_attention")
     assert p.returncode == 0, p.stderr

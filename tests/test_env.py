@@ -151,13 +151,14 @@ def test_source_edit_and_schedule_compose(make_env):
 
 
 def test_action_mask_excludes_vmem_busting_moves(make_env):
-    env = make_env("gemm", {"dtype": "float32"})  # f32 blocks of 1024 x 1024 x 2048 exceed 32 MiB
-    env.schedule = {**env.schedule_space.default(), "block_m": 1024, "block_k": 1024}
+    # f32, all of K=8192 in one step: 1024 x 8192 blocks of A and 8192 x 1024 of B exceed 100 MiB
+    env = make_env("gemm", {"dtype": "float32"})
+    env.schedule = {**env.schedule_space.default(), "block_m": 1024, "accumulator": "none"}
     masks = env.action_masks()
     names = env.schedule_space.names
     block_n = env.schedule_space.knobs[names.index("block_n")]
-    assert masks[names.index("block_n")][block_n.values.index(2048)] == 0
-    assert masks[names.index("block_n")][block_n.values.index(256)] == 1
+    assert masks[names.index("block_n")][block_n.values.index(1024)] == 0
+    assert masks[names.index("block_n")][block_n.values.index(128)] == 1
 
 
 def test_describe_is_prompt_ready(make_env):

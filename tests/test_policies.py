@@ -100,7 +100,7 @@ def test_random_in_both_mode(make_env):
     e = make_env("gemm", SMALL, action_mode="both")
     e.reset(seed=1)
     a = RandomPolicy().act(e)
-    assert a["source"] == "" and np.asarray(a["schedule"]).shape == (5,)
+    assert a["source"] == "" and np.asarray(a["schedule"]).shape == (6,)
 
 
 def test_legal_only_reaches_random_from_the_command_line():

@@ -24,7 +24,7 @@ def test_knob_moves_are_exactly_masked(cache_dir):
         obs, info = env.reset(seed=0)
         assert info["workload"] == "gemm" and env.observation_space.contains(obs)
         n = env.action_space.n
-        assert n == 4 + 4 + 5 + 2 + 2  # gemm's knob values, in a row; rmsnorm's (8 + 2) padded to it
+        assert n == 5 + 4 + 5 + 2 + 2 + 2  # gemm's knob values, in a row; rmsnorm's (8 + 2) padded to it
         mask = obs[-n:]
         assert np.array_equal(mask, env.mask())
         for a in range(n):  # a move is legal exactly when its bit is set

@@ -77,9 +77,9 @@ def row_reduce_kernel(x_ref, w_ref, *refs, epilogue, combine, finish, transpose_
             o_ref[...] = finish(carries()).astype(o_ref.dtype)
 
 
-def accumulator(bm, bn, bk, kdim):
+def accumulator(bm, bn, single_k):
     """The f32 accumulator's scratch, last among a kernel's scratch refs: none when K is one block."""
-    return [] if bk == kdim else [pltpu.VMEM((bm, bn), jnp.float32)]
+    return [] if single_k else [pltpu.VMEM((bm, bn), jnp.float32)]
 
 
 def _operand_spec(shape, bm, bn):
@@ -100,14 +100,15 @@ def fused_matmul(x, w, operands=(), *, epilogue, transpose_w=False, out_cols=Non
     whole contraction in one grid step, with no accumulator."""
     m, kdim = x.shape
     n = w.shape[0] if transpose_w else w.shape[1]
-    bn, bk = bn or n, bk or kdim
+    # bk None (the accumulator knob, never the sizes, decides): all of K in one step.
+    single_k, bn, bk = bk is None, bn or n, bk or kdim
     if reduction is not None:
         combine, finish, n_carries = reduction
         if bn == n:  # one tile per row: its carries are the row's
             return fused_matmul(x, w, operands, epilogue=lambda *a: finish(epilogue(*a)), transpose_w=transpose_w,
-                                out_cols=out_cols, bm=bm, bk=bk, bn=bn, buffers=buffers)
+                                out_cols=out_cols, bm=bm, bk=None if single_k else bk, bn=bn, buffers=buffers)
         return _row_reduce(x, w, operands, epilogue, combine, finish, n_carries, transpose_w, out_cols, bm, bk, bn,
-                           buffers)
+                           buffers, single_k)
     pipeline = {} if buffers == 2 else {"pipeline_mode": pl.Buffered(buffers)}
     if transpose_w:
         w_spec = pl.BlockSpec((bn, bk), lambda i, j, k: (j, k), **pipeline)
@@ -119,7 +120,7 @@ def fused_matmul(x, w, operands=(), *, epilogue, transpose_w=False, out_cols=Non
         assert bn == n, "a row-reducing epilogue needs whole rows"
         out_spec, out_shape = pl.BlockSpec((bm, out_cols), lambda i, j, k: (i, 0)), (m, out_cols)
     kernel = functools.partial(fused_matmul_kernel, epilogue=epilogue, transpose_w=transpose_w,
-                               n_operands=len(operands), single_k=bk == kdim)
+                               n_operands=len(operands), single_k=single_k)
     return pl.pallas_call(
         kernel,
         grid=(m // bm, n // bn, kdim // bk),
@@ -127,7 +128,7 @@ def fused_matmul(x, w, operands=(), *, epilogue, transpose_w=False, out_cols=Non
                   *(_operand_spec(a.shape, bm, bn) for a in operands)],
         out_specs=out_spec,
         out_shape=jax.ShapeDtypeStruct(out_shape, x.dtype),
-        scratch_shapes=accumulator(bm, bn, bk, kdim),
+        scratch_shapes=accumulator(bm, bn, single_k),
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary"),
                                              vmem_limit_bytes=VMEM_LIMIT),
     )(x, w, *operands)
@@ -192,14 +193,15 @@ def folded_matmul(x, w, operands=(), *, epilogue, transpose_w=False, bm, bk, bn=
     )(x, sums.reshape(1, kdim), *operands)
 
 
-def _row_reduce(x, w, operands, epilogue, combine, finish, n_carries, transpose_w, out_cols, bm, bk, bn, buffers):
+def _row_reduce(x, w, operands, epilogue, combine, finish, n_carries, transpose_w, out_cols, bm, bk, bn, buffers,
+                single_k):
     m, kdim = x.shape
     n = w.shape[0] if transpose_w else w.shape[1]
     pipeline = {} if buffers == 2 else {"pipeline_mode": pl.Buffered(buffers)}
     w_spec = (pl.BlockSpec((bn, bk), lambda i, j, k: (j, k), **pipeline) if transpose_w
               else pl.BlockSpec((bk, bn), lambda i, j, k: (k, j), **pipeline))
     kernel = functools.partial(row_reduce_kernel, epilogue=epilogue, combine=combine, finish=finish,
-                               transpose_w=transpose_w, n_operands=len(operands), single_k=bk == kdim)
+                               transpose_w=transpose_w, n_operands=len(operands), single_k=single_k)
     return pl.pallas_call(
         kernel,
         grid=(m // bm, n // bn, kdim // bk),
@@ -207,7 +209,7 @@ def _row_reduce(x, w, operands, epilogue, combine, finish, n_carries, transpose_
                   *(_operand_spec(a.shape, bm, bn) for a in operands)],
         out_specs=pl.BlockSpec((bm, out_cols), lambda i, j, k: (i, 0)),  # written at the row's last tile
         out_shape=jax.ShapeDtypeStruct((m, out_cols), x.dtype),
-        scratch_shapes=[pltpu.VMEM((n_carries, bm, 128), jnp.float32), *accumulator(bm, bn, bk, kdim)],
+        scratch_shapes=[pltpu.VMEM((n_carries, bm, 128), jnp.float32), *accumulator(bm, bn, single_k)],
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary", "arbitrary"),
                                              vmem_limit_bytes=VMEM_LIMIT),
     )(x, w, *operands)

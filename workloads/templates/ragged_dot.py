@@ -35,12 +35,12 @@ def grouped_matmul_kernel(x_ref, w_ref, o_ref, acc_ref):
         o_ref[...] = acc_ref[...].astype(o_ref.dtype)
 
 
-@functools.partial(jax.jit, static_argnames=("bm", "bk", "bn", "buffers"))
-def grouped_matmul(x, w, *, bm, bk, bn, buffers):
+@functools.partial(jax.jit, static_argnames=("bm", "bk", "bn", "buffers", "whole_k"))
+def grouped_matmul(x, w, *, bm, bk, bn, buffers, whole_k):
     g, m, k = x.shape
     _, _, n = w.shape
     pipeline = {} if buffers == 2 else {"pipeline_mode": pl.Buffered(buffers)}
-    whole_k = bk == k
+    bk = k if whole_k else bk  # the knob decides, never the sizes: one program at every size
     return pl.pallas_call(
         whole_k_kernel if whole_k else grouped_matmul_kernel,
         grid=(g, m // bm, n // bn, k // bk),
@@ -58,5 +58,5 @@ def grouped_matmul(x, w, *, bm, bk, bn, buffers):
 
 def workload(x, weights):
     s = SCHEDULE
-    bk = x.shape[2] if s["accumulator"] == "none" else s["block_k"]
-    return grouped_matmul(x, weights, bm=s["block_m"], bk=bk, bn=s["block_n"], buffers=s["buffers"])
+    return grouped_matmul(x, weights, bm=s["block_m"], bk=s["block_k"], bn=s["block_n"], buffers=s["buffers"],
+                          whole_k=s["accumulator"] == "none")
