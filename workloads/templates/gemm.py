@@ -35,6 +35,7 @@ def matmul_kernel(a_ref, b_ref, o_ref, acc_ref):
 def matmul(a, b, *, bm, bk, bn, buffers, order, whole_k):
     m, k = a.shape
     _, n = b.shape
+    bk = k if whole_k else bk  # the knob decides, never the sizes: one program at every size
     if order == "mn":
         grid = (m // bm, n // bn, k // bk)
         ij = lambda g0, g1: (g0, g1)
@@ -42,7 +43,6 @@ def matmul(a, b, *, bm, bk, bn, buffers, order, whole_k):
         grid = (n // bn, m // bm, k // bk)
         ij = lambda g0, g1: (g1, g0)
     pipeline = {} if buffers == 2 else {"pipeline_mode": pl.Buffered(buffers)}
-    bk = k if whole_k else bk  # the knob decides, never the sizes: one program at every size
     return pl.pallas_call(
         whole_k_kernel if whole_k else matmul_kernel,
         grid=grid,
