@@ -126,6 +126,14 @@ def matmul_vmem_bytes(bm: int, bk: int, bn: int, buffers: int, dtype: str, accum
             + 2 * tile_bytes((bm, bn), dtype) + accumulator * tile_bytes((bm, bn), "float32"))
 
 
+def schedule_matmul_vmem(s, k: int, dtype: str, bn: int | None = None) -> int:
+    """``matmul_vmem_bytes`` at a schedule's block_m, block_k, block_n (or ``bn``), buffers and
+    ``ACCUMULATOR`` setting: all of ``k`` in one block, no accumulator, when it is 'none'."""
+    whole_k = s.get("accumulator") == "none"
+    return matmul_vmem_bytes(s["block_m"], k if whole_k else s["block_k"], bn or s["block_n"], s["buffers"], dtype,
+                             accumulator=not whole_k)
+
+
 def _toward(value, full):
     """One rung of the check-size ladder: a smaller positive int doubles (capped at
     ``full``); anything else that differs becomes ``full``."""

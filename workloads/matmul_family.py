@@ -35,7 +35,7 @@ from .base import (
     Knob,
     ScheduleSpace,
     indivisible,
-    matmul_vmem_bytes,
+    schedule_matmul_vmem,
     over_vmem,
     tile_bytes,
 )
@@ -160,11 +160,8 @@ class MatmulWorkload(kb.KernelBenchWorkload):
                 dims["block_n"] = (self.n_key, n)
             if group and "block_n" in s and bn % group:
                 return f"block_n={bn} splits the groups of {group} columns"
-            whole_k = s.get("accumulator") == "none"
             # The epilogue's f32 temporaries: about three tiles (e.g. softmax's exp and sum).
-            need = (matmul_vmem_bytes(s["block_m"], k if whole_k else s["block_k"], bn, s["buffers"], dt,
-                                      accumulator=not whole_k)
-                    + 3 * tile_bytes((s["block_m"], bn), "float32"))
+            need = schedule_matmul_vmem(s, k, dt, bn) + 3 * tile_bytes((s["block_m"], bn), "float32")
             return indivisible(dims, s) or over_vmem(need, VMEM_LIMIT)
 
         knobs = [Knob("block_m", BLOCKS_M, 128 if self.whole_rows else 512, "rows of x and of the output per grid step"),

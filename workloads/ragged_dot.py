@@ -29,7 +29,7 @@ from .base import (
     ScheduleSpace,
     Workload,
     indivisible,
-    matmul_vmem_bytes,
+    schedule_matmul_vmem,
     over_vmem,
     require_positive_ints,
     seeded_normal,
@@ -86,10 +86,7 @@ class RaggedDot(Workload):
                 "block_k": ("K", config["K"]), "block_n": ("N", config["N"])}
 
         def check(s):  # as gemm's estimate
-            whole_k = s["accumulator"] == "none"
-            need = matmul_vmem_bytes(s["block_m"], config["K"] if whole_k else s["block_k"], s["block_n"],
-                                     s["buffers"], dt, accumulator=not whole_k)
-            return indivisible(dims, s) or over_vmem(need, VMEM_LIMIT)
+            return indivisible(dims, s) or over_vmem(schedule_matmul_vmem(s, config["K"], dt), VMEM_LIMIT)
 
         return ScheduleSpace(
             [
