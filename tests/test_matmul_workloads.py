@@ -138,9 +138,12 @@ def test_space_rejects_impossible_schedules():
     assert "divide" in workloads.get("gemm_add_relu", {"batch_size": 384}).schedule_space().check(default)
     # The largest tiles fit the template's fixed 100 MiB scoped limit; whole 8192-wide rows do not.
     assert tiles.schedule_space().check({**default, "block_m": 1024, "block_k": 2048, "block_n": 2048}) is None
+    # Softmax needs whole rows by default; narrower column tiles take its two-pass form.
     rows = workloads.get("matmul_dropout_softmax")
-    assert "block_n" not in rows.schedule_space().names
+    assert rows.schedule_space().default()["block_n"] == 8192
     assert "VMEM" in rows.schedule_space().check({**rows.schedule_space().default(), "block_m": 1024})
+    assert rows.schedule_space().check({**rows.schedule_space().default(), "block_m": 2048, "block_n": 2048}) is None
+    assert "block_n" not in workloads.get("gemm_divide_sum_scaling").schedule_space().names
     # A folded variant is priced as the narrow matmul it runs: blocks whole rows cannot take are legal.
     fold = workloads.get("gemm_divide_sum_scaling")
     wide = {**fold.schedule_space().default(), "block_m": 512, "block_k": 2048}
@@ -180,6 +183,9 @@ SCHEDULES = [
     ("matmul_sigmoid_sum", {**WHOLE_ROWS, "block_k": 512, "block_n": 512}),
     ("matmul_scale_residualadd_clamp_logsumexp_mish", {**WHOLE_ROWS, "block_k": 512, "block_n": 1024}),
     ("gemm_groupnorm_min_biasadd", {**WHOLE_ROWS, "block_k": 512, "block_n": 512}),
+    # Row maps after a row reduction in two passes (row_mapped_matmul): softmax, gelu(v - max).
+    ("matmul_dropout_softmax", {**WHOLE_ROWS, "block_k": 512, "block_n": 1024}),
+    ("gemm_max_subtract_gelu", {**WHOLE_ROWS, "block_n": 512, "accumulator": "none"}),
     # The whole contraction in one grid step, no accumulator: plain, online rows, two matmuls.
     ("matmul_subtract_multiply_relu", {**TILED, "accumulator": "none"}),
     ("matmul_sigmoid_sum", {**WHOLE_ROWS, "block_n": 512, "accumulator": "none"}),

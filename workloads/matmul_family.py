@@ -89,8 +89,9 @@ class MatmulWorkload(kb.KernelBenchWorkload):
     group_key: str | None = None  # config key of a group count, for epilogues that norm groups of columns
     template_part = ""  # the workload's epilogue(s) and workload(*inputs), template source
     extra_knobs: tuple[Knob, ...] = ()  # structural choices its template part reads from SCHEDULE
-    # A whole-row epilogue that is a row reduction the kernel can carry across N tiles: the
-    # space gets block_n back, whole rows (block_n = N) by default.
+    # A whole-row epilogue the kernel can carry across N tiles (a row reduction, or a row map
+    # after one: ``row_mapped_matmul``): the space gets block_n back, whole rows (block_n = N)
+    # by default.
     online_rows = False
 
     @property

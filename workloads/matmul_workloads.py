@@ -602,13 +602,15 @@ class MatmulDropoutSoftmax(SoftmaxTolerance, RowMatmulWorkload):
     def reference(self, config, x, w, b):
         return jax.nn.softmax(linear(x, w, b, transpose=True), axis=1)
 
+    online_rows = True
     template_part = """
     def epilogue(acc, b):
-        return softmax_rows(acc + b)
+        return acc + b
 
 
     def workload(x, w, b):
-        return fused_matmul(x, w, (row(b),), epilogue=epilogue, transpose_w=True, **tiling())
+        return row_mapped_matmul(x, w, (row(b),), epilogue=epilogue, row_map=SOFTMAX, transpose_w=True,
+                                 **tiling())
     """
 
 
@@ -656,12 +658,15 @@ class GemmMaxSubtractGelu(RowMatmulWorkload):
         v = linear(x, w, b)
         return jax.nn.gelu(v - jnp.max(v, axis=config["max_dim"], keepdims=True))
 
+    online_rows = True
     template_part = """
     def epilogue(acc, b):
-        v = acc + b
-        return gelu(v - jnp.max(v, axis=-1, keepdims=True))
+        return acc + b
 
-    """ + BIAS_GLUE
+
+    def workload(x, w, b):
+        return row_mapped_matmul(x, w, (row(b),), epilogue=epilogue, row_map=after_row_max(gelu), **tiling())
+    """
 
 
 class GemmBatchnormScalingSoftmax(SoftmaxTolerance, RowMatmulWorkload):
@@ -685,15 +690,16 @@ class GemmBatchnormScalingSoftmax(SoftmaxTolerance, RowMatmulWorkload):
         v = bn_scale * ((v - bn_mean) / jnp.sqrt(bn_var + config["bn_eps"])) + bn_bias
         return jax.nn.softmax(scale * v, axis=1)
 
+    online_rows = True
     template_part = """
     def epilogue(acc, b, bn_scale, bn_bias, bn_mean, bn_var, scale):
         v = (acc + b - bn_mean) * jax.lax.rsqrt(bn_var + CONFIG["bn_eps"]) * bn_scale + bn_bias
-        return softmax_rows(scale * v)
+        return scale * v
 
 
     def workload(x, w, b, bn_scale, bn_bias, bn_mean, bn_var, scale):
         operands = (row(b), row(bn_scale), row(bn_bias), row(bn_mean), row(bn_var), row(scale))
-        return fused_matmul(x, w, operands, epilogue=epilogue, **tiling())
+        return row_mapped_matmul(x, w, operands, epilogue=epilogue, row_map=SOFTMAX, **tiling())
     """
 
 
@@ -793,11 +799,15 @@ class MatmulGeluSoftmax(SoftmaxTolerance, RowMatmulWorkload):
     def reference(self, config, x, w, b):
         return jax.nn.softmax(jax.nn.gelu(linear(x, w, b)), axis=1)
 
+    online_rows = True
     template_part = """
     def epilogue(acc, b):
-        return softmax_rows(gelu(acc + b))
+        return gelu(acc + b)
 
-    """ + BIAS_GLUE
+
+    def workload(x, w, b):
+        return row_mapped_matmul(x, w, (row(b),), epilogue=epilogue, row_map=SOFTMAX, **tiling())
+    """
 
 
 MATMUL_WORKLOADS = (

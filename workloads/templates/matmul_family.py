@@ -11,6 +11,7 @@ its ``workload(*inputs)`` glue.
 """
 
 import functools
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -51,11 +52,14 @@ def fused_matmul_kernel(x_ref, w_ref, *refs, epilogue, transpose_w, n_operands, 
         o_ref[...] = epilogue(tile(), *(r[...] for r in operand_refs)).astype(o_ref.dtype)
 
 
-def row_reduce_kernel(x_ref, w_ref, *refs, epilogue, combine, finish, transpose_w, n_operands, single_k):
+def row_reduce_kernel(x_ref, w_ref, *refs, epilogue, combine, finish, transpose_w, n_operands, single_k,
+                      keep_tile):
     """fused_matmul_kernel over tiles of a row: at each tile's last K step the epilogue maps
     it to per-row carries (a tuple of (bm, 1) arrays), merged with ``combine`` across the
-    row's N tiles; the last tile writes ``finish(carries)``."""
-    operand_refs, o_ref, carry_ref = refs[:n_operands], refs[n_operands], refs[n_operands + 1]
+    row's N tiles; the last tile writes ``finish(carries)``. With ``keep_tile`` the epilogue
+    returns (tile, carries): each tile is written out too, and the row's carries as they are."""
+    operand_refs, out_refs = refs[:n_operands], refs[n_operands:n_operands + 1 + keep_tile]
+    carry_ref = refs[n_operands + 1 + keep_tile]
     j, k = pl.program_id(1), pl.program_id(2)
     tile = matmul_tile(x_ref, w_ref, None if single_k else refs[-1], transpose_w)
 
@@ -69,12 +73,19 @@ def row_reduce_kernel(x_ref, w_ref, *refs, epilogue, combine, finish, transpose_
     @pl.when(k == pl.num_programs(2) - 1)
     def _tile_done():
         part = epilogue(tile(), *(r[...] for r in operand_refs))
+        if keep_tile:
+            v, part = part
+            out_refs[0][...] = v.astype(out_refs[0].dtype)
         pl.when(j == 0)(lambda: store(part))
         pl.when(j > 0)(lambda: store(combine(carries(), part)))
 
         @pl.when(j == pl.num_programs(1) - 1)
         def _row_done():
-            o_ref[...] = finish(carries()).astype(o_ref.dtype)
+            if keep_tile:
+                for c, v in enumerate(carries()):
+                    out_refs[-1][c] = v
+            else:
+                out_refs[-1][...] = finish(carries()).astype(out_refs[-1].dtype)
 
 
 def accumulator(bm, bn, single_k):
@@ -194,25 +205,67 @@ def folded_matmul(x, w, operands=(), *, epilogue, transpose_w=False, bm, bk, bn=
 
 
 def _row_reduce(x, w, operands, epilogue, combine, finish, n_carries, transpose_w, out_cols, bm, bk, bn, buffers,
-                single_k):
+                single_k, keep_tile=False):
     m, kdim = x.shape
     n = w.shape[0] if transpose_w else w.shape[1]
     pipeline = {} if buffers == 2 else {"pipeline_mode": pl.Buffered(buffers)}
     w_spec = (pl.BlockSpec((bn, bk), lambda i, j, k: (j, k), **pipeline) if transpose_w
               else pl.BlockSpec((bk, bn), lambda i, j, k: (k, j), **pipeline))
     kernel = functools.partial(row_reduce_kernel, epilogue=epilogue, combine=combine, finish=finish,
-                               transpose_w=transpose_w, n_operands=len(operands), single_k=single_k)
+                               transpose_w=transpose_w, n_operands=len(operands), single_k=single_k,
+                               keep_tile=keep_tile)
+    if keep_tile:  # the tiles, then the row carries (n_carries, M, 1) in f32
+        out_specs = [pl.BlockSpec((bm, bn), lambda i, j, k: (i, j)),
+                     pl.BlockSpec((n_carries, bm, 1), lambda i, j, k: (0, i, 0))]
+        out_shape = [jax.ShapeDtypeStruct((m, n), x.dtype), jax.ShapeDtypeStruct((n_carries, m, 1), jnp.float32)]
+    else:  # written at the row's last tile
+        out_specs = pl.BlockSpec((bm, out_cols), lambda i, j, k: (i, 0))
+        out_shape = jax.ShapeDtypeStruct((m, out_cols), x.dtype)
     return pl.pallas_call(
         kernel,
         grid=(m // bm, n // bn, kdim // bk),
         in_specs=[pl.BlockSpec((bm, bk), lambda i, j, k: (i, k), **pipeline), w_spec,
                   *(_operand_spec(a.shape, bm, bn) for a in operands)],
-        out_specs=pl.BlockSpec((bm, out_cols), lambda i, j, k: (i, 0)),  # written at the row's last tile
-        out_shape=jax.ShapeDtypeStruct((m, out_cols), x.dtype),
+        out_specs=out_specs,
+        out_shape=out_shape,
         scratch_shapes=[pltpu.VMEM((n_carries, bm, 128), jnp.float32), *accumulator(bm, bn, single_k)],
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary", "arbitrary"),
                                              vmem_limit_bytes=VMEM_LIMIT),
     )(x, w, *operands)
+
+
+class RowMap(NamedTuple):
+    """A row-wise map that needs a reduction of its row first. ``rows(v)`` maps whole rows in
+    one go; across column tiles it is ``apply(v, *carries)``, a row's carries being
+    ``carries(v)`` for one tile, merged with ``combine`` across tiles (as a ``reduction``'s)."""
+
+    rows: Callable
+    carries: Callable
+    combine: Callable
+    apply: Callable
+
+
+@functools.partial(jax.jit, static_argnames=("epilogue", "row_map", "transpose_w", "bm", "bk", "bn", "buffers"))
+def row_mapped_matmul(x, w, operands=(), *, epilogue, row_map, transpose_w=False, bm, bk, bn=None, buffers=2):
+    """row_map over the rows of v = epilogue(x @ w). Whole rows (bn None or N): one kernel
+    does it all at each row block's last step. Narrower column tiles: two passes. The kernel
+    writes v and carries the row's reduction across its tiles, then one elementwise pass
+    (XLA) maps v by its rows' carries: v makes one more HBM round trip, and the weights
+    stream once per ``bm`` rows, not once per the fewer rows a whole f32 row tile allows."""
+    n = w.shape[0] if transpose_w else w.shape[1]
+
+    if bn is None or bn == n:
+        return fused_matmul(x, w, operands, epilogue=lambda *a: row_map.rows(epilogue(*a)),
+                            transpose_w=transpose_w, bm=bm, bk=bk, bn=bn, buffers=buffers)
+
+    def tile_and_carries(*a):
+        v = epilogue(*a)
+        return v, row_map.carries(v)
+
+    n_carries = len(jax.eval_shape(row_map.carries, jax.ShapeDtypeStruct((8, 128), jnp.float32)))
+    v, carries = _row_reduce(x, w, operands, tile_and_carries, row_map.combine, None, n_carries, transpose_w, None,
+                             bm, bk or x.shape[1], bn, buffers, bk is None, keep_tile=True)
+    return row_map.apply(v.astype(jnp.float32), *carries).astype(x.dtype)
 
 
 # Row reductions as (combine, finish, carries) for fused_matmul's ``reduction``.
@@ -264,6 +317,17 @@ def mish(v):
 def softmax_rows(v):
     e = jnp.exp(v - jnp.max(v, axis=-1, keepdims=True))
     return e / jnp.sum(e, axis=-1, keepdims=True)
+
+
+SOFTMAX = RowMap(softmax_rows, lse_carries, _lse_combine, lambda v, top, total: jnp.exp(v - top) / total)
+
+
+def after_row_max(f):
+    """The RowMap f(v - the row's max)."""
+    def row_max(v):
+        return (jnp.max(v, axis=-1, keepdims=True),)
+
+    return RowMap(lambda v: f(v - row_max(v)[0]), row_max, MAX_REDUCTION[0], lambda v, top: f(v - top))
 
 
 def logsumexp_rows(v):
