@@ -150,11 +150,14 @@ CHECKS = 3  # a timing-only search checks at most this many of its fastest sched
 
 
 def _check_best(env, found: list) -> dict:
-    """Check the fastest unchecked schedules of the template in order, until one is correct."""
+    """Check the fastest unchecked schedules of the template in order, until one is correct
+    (each schedule once: a search that has run out of moves proposes its best again)."""
     from jaxbench_env.candidate import Candidate
 
-    failures = []
-    for _, schedule in found[:CHECKS]:
+    failures, distinct = [], {}
+    for _, schedule in found:
+        distinct.setdefault(tuple(sorted(schedule.items())), schedule)
+    for schedule in list(distinct.values())[:CHECKS]:
         result = env.evaluator.evaluate(Candidate(env.workload.template_source(), schedule))
         if result.ok:
             return {"best_speedup": result.speedup, "best_schedule": schedule, "check_failures": failures}

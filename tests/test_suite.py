@@ -113,6 +113,23 @@ def test_bench_writes_the_table_figures_and_plot_and_resumes(cli, tmp_path):
     assert json.loads((out / "workloads" / "rmsnorm.json").read_text())["row"]["steps"] == 3
 
 
+def test_timing_only_checks_each_fast_schedule_once():
+    """A search out of moves re-proposes its best; the check goes on to the next schedule."""
+
+    class Failing:
+        seen = []
+
+        def evaluate(self, candidate):
+            self.seen.append(candidate.schedule)
+            return type("R", (), {"ok": False, "error": "wrong result", "speedup": None})()
+
+    env = type("Env", (), {"evaluator": Failing(), "workload": type("W", (), {"template_source": lambda: "x"})})()
+    a, b, c, d = ({"block": v} for v in (1, 2, 3, 4))
+    out = suite._check_best(env, [(2.0, a), (2.0, dict(a)), (1.9, b), (1.9, b), (1.5, c), (1.2, d)])
+    assert Failing.seen == [a, b, c] and [f["schedule"] for f in out["check_failures"]] == [a, b, c]
+    assert out["best_speedup"] is None
+
+
 def test_timing_only_bench_checks_the_fastest_schedule_it_reports(cli, tmp_path):
     out = tmp_path / "fast"
     p = cli("bench", "--workloads", "gemm", "--config", GEMM, "--policy", "greedy", "--steps", "2",
