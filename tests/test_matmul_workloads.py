@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import kb_numpy
 import numpy as np
 import pytest
-from harness import AtCheckSize, assert_template_correct, schedule_id
+from harness import AtCheckSize, assert_template_correct, judge_check, schedule_id
 
 import workloads
 from jaxbench_env import judge
@@ -223,3 +223,13 @@ def test_blocks_larger_than_the_check_size_climb_the_ladder_rather_than_fail(eva
     result = evaluators("gemm_add_relu").evaluate(Candidate(wl.template_source(), schedule))
     assert result.correct and result.error is None, result.error
     assert result.details["check_rung"] >= 1 and "no step at the check size" in result.details["climbed"][0]
+
+
+def test_two_pass_softmax_keeps_its_precision_on_taller_checks():
+    """Softmax over column tiles keeps each tile as exp(v - the running max) in bf16, not v:
+    rounding v itself to bf16 failed the check on 2048-row blocks (99 entries over rtol, from
+    rows whose logits are large), though it passed at the first rung's 512 rows."""
+    wl = AT["matmul_dropout_softmax"].w
+    schedule = {**wl.schedule_space().default(), "block_m": 2048, "block_k": 1024, "block_n": 2048}
+    assert wl.check_rungs()[0]["batch_size"] < 2048  # the check climbs to the blocks' size
+    assert judge_check(wl, wl.template_source(), schedule) < 1e-2

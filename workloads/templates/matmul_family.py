@@ -53,13 +53,15 @@ def fused_matmul_kernel(x_ref, w_ref, *refs, epilogue, transpose_w, n_operands, 
 
 
 def row_reduce_kernel(x_ref, w_ref, *refs, epilogue, combine, finish, transpose_w, n_operands, single_k,
-                      keep_tile):
+                      keep=None):
     """fused_matmul_kernel over tiles of a row: at each tile's last K step the epilogue maps
     it to per-row carries (a tuple of (bm, 1) arrays), merged with ``combine`` across the
-    row's N tiles; the last tile writes ``finish(carries)``. With ``keep_tile`` the epilogue
-    returns (tile, carries): each tile is written out too, and the row's carries as they are."""
-    operand_refs, out_refs = refs[:n_operands], refs[n_operands:n_operands + 1 + keep_tile]
-    carry_ref = refs[n_operands + 1 + keep_tile]
+    row's N tiles; the last tile writes ``finish(carries)``. With ``keep`` the epilogue
+    returns (tile, carries) and every tile is written out, as ``keep(tile, *carries so far)``,
+    with the carries so far (the row's, at its last tile)."""
+    n_out = 1 if keep is None else 2
+    operand_refs, out_refs = refs[:n_operands], refs[n_operands:n_operands + n_out]
+    carry_ref = refs[n_operands + n_out]
     j, k = pl.program_id(1), pl.program_id(2)
     tile = matmul_tile(x_ref, w_ref, None if single_k else refs[-1], transpose_w)
 
@@ -73,19 +75,20 @@ def row_reduce_kernel(x_ref, w_ref, *refs, epilogue, combine, finish, transpose_
     @pl.when(k == pl.num_programs(2) - 1)
     def _tile_done():
         part = epilogue(tile(), *(r[...] for r in operand_refs))
-        if keep_tile:
+        if keep is not None:
             v, part = part
-            out_refs[0][...] = v.astype(out_refs[0].dtype)
         pl.when(j == 0)(lambda: store(part))
         pl.when(j > 0)(lambda: store(combine(carries(), part)))
+        if keep is not None:
+            so_far = carries()
+            out_refs[0][...] = keep(v, *so_far).astype(out_refs[0].dtype)
+            for c, value in enumerate(so_far):
+                out_refs[1][0, c] = value
+            return
 
         @pl.when(j == pl.num_programs(1) - 1)
         def _row_done():
-            if keep_tile:
-                for c, v in enumerate(carries()):
-                    out_refs[-1][c] = v
-            else:
-                out_refs[-1][...] = finish(carries()).astype(out_refs[-1].dtype)
+            out_refs[0][...] = finish(carries()).astype(out_refs[0].dtype)
 
 
 def accumulator(bm, bn, single_k):
@@ -205,7 +208,7 @@ def folded_matmul(x, w, operands=(), *, epilogue, transpose_w=False, bm, bk, bn=
 
 
 def _row_reduce(x, w, operands, epilogue, combine, finish, n_carries, transpose_w, out_cols, bm, bk, bn, buffers,
-                single_k, keep_tile=False):
+                single_k, keep=None):
     m, kdim = x.shape
     n = w.shape[0] if transpose_w else w.shape[1]
     pipeline = {} if buffers == 2 else {"pipeline_mode": pl.Buffered(buffers)}
@@ -213,11 +216,12 @@ def _row_reduce(x, w, operands, epilogue, combine, finish, n_carries, transpose_
               else pl.BlockSpec((bk, bn), lambda i, j, k: (k, j), **pipeline))
     kernel = functools.partial(row_reduce_kernel, epilogue=epilogue, combine=combine, finish=finish,
                                transpose_w=transpose_w, n_operands=len(operands), single_k=single_k,
-                               keep_tile=keep_tile)
-    if keep_tile:  # the tiles, then the row carries (n_carries, M, 1) in f32
+                               keep=keep)
+    if keep is not None:  # the kept tiles, and the carries so far at each tile (N tiles, carries, M, 1) in f32
         out_specs = [pl.BlockSpec((bm, bn), lambda i, j, k: (i, j)),
-                     pl.BlockSpec((n_carries, bm, 1), lambda i, j, k: (0, i, 0))]
-        out_shape = [jax.ShapeDtypeStruct((m, n), x.dtype), jax.ShapeDtypeStruct((n_carries, m, 1), jnp.float32)]
+                     pl.BlockSpec((1, n_carries, bm, 1), lambda i, j, k: (j, 0, i, 0))]
+        out_shape = [jax.ShapeDtypeStruct((m, n), x.dtype),
+                     jax.ShapeDtypeStruct((n // bn, n_carries, m, 1), jnp.float32)]
     else:  # written at the row's last tile
         out_specs = pl.BlockSpec((bm, out_cols), lambda i, j, k: (i, 0))
         out_shape = jax.ShapeDtypeStruct((m, out_cols), x.dtype)
@@ -236,12 +240,16 @@ def _row_reduce(x, w, operands, epilogue, combine, finish, n_carries, transpose_
 
 class RowMap(NamedTuple):
     """A row-wise map that needs a reduction of its row first. ``rows(v)`` maps whole rows in
-    one go; across column tiles it is ``apply(v, *carries)``, a row's carries being
-    ``carries(v)`` for one tile, merged with ``combine`` across tiles (as a ``reduction``'s)."""
+    one go. Across column tiles, a row's carries are ``carries(v)`` for one tile, merged with
+    ``combine`` across tiles (as a ``reduction``'s); each tile is kept as ``keep(v, *carries
+    so far)`` and mapped once the row is done by ``apply(kept, carries so far, row carries)``
+    (two tuples). Keeping v relative to the carries so far (v minus the running max, say)
+    keeps it precise in the output dtype."""
 
     rows: Callable
     carries: Callable
     combine: Callable
+    keep: Callable
     apply: Callable
 
 
@@ -249,9 +257,10 @@ class RowMap(NamedTuple):
 def row_mapped_matmul(x, w, operands=(), *, epilogue, row_map, transpose_w=False, bm, bk, bn=None, buffers=2):
     """row_map over the rows of v = epilogue(x @ w). Whole rows (bn None or N): one kernel
     does it all at each row block's last step. Narrower column tiles: two passes. The kernel
-    writes v and carries the row's reduction across its tiles, then one elementwise pass
-    (XLA) maps v by its rows' carries: v makes one more HBM round trip, and the weights
-    stream once per ``bm`` rows, not once per the fewer rows a whole f32 row tile allows."""
+    carries the row's reduction across its tiles and writes each tile as ``row_map.keep``
+    makes it, then a second kernel maps the kept tiles in place by their rows' carries:
+    one more HBM round trip of the output, and the weights stream once per ``bm`` rows, not
+    once per the fewer rows a whole f32 row tile allows."""
     n = w.shape[0] if transpose_w else w.shape[1]
 
     if bn is None or bn == n:
@@ -263,9 +272,29 @@ def row_mapped_matmul(x, w, operands=(), *, epilogue, row_map, transpose_w=False
         return v, row_map.carries(v)
 
     n_carries = len(jax.eval_shape(row_map.carries, jax.ShapeDtypeStruct((8, 128), jnp.float32)))
-    v, carries = _row_reduce(x, w, operands, tile_and_carries, row_map.combine, None, n_carries, transpose_w, None,
-                             bm, bk or x.shape[1], bn, buffers, bk is None, keep_tile=True)
-    return row_map.apply(v.astype(jnp.float32), *carries).astype(x.dtype)
+    kept, so_far = _row_reduce(x, w, operands, tile_and_carries, row_map.combine, None, n_carries, transpose_w,
+                               None, bm, bk or x.shape[1], bn, buffers, bk is None, keep=row_map.keep)
+    tiles = n // bn
+    carries_at = lambda j: pl.BlockSpec((1, n_carries, bm, 1), lambda i, t: (j(t), 0, i, 0))  # noqa: E731
+    return pl.pallas_call(
+        functools.partial(row_apply_kernel, apply=row_map.apply),
+        grid=(x.shape[0] // bm, tiles),
+        in_specs=[pl.BlockSpec((bm, bn), lambda i, t: (i, t)), carries_at(lambda t: t),
+                  carries_at(lambda t: tiles - 1)],
+        out_specs=pl.BlockSpec((bm, bn), lambda i, t: (i, t)),
+        out_shape=jax.ShapeDtypeStruct(kept.shape, kept.dtype),
+        input_output_aliases={0: 0},
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel"),
+                                             vmem_limit_bytes=VMEM_LIMIT),
+    )(kept, so_far, so_far)
+
+
+def row_apply_kernel(kept_ref, at_tile_ref, at_end_ref, o_ref, *, apply):
+    """row_mapped_matmul's second pass: a kept tile mapped by its rows' carries."""
+    def carries(ref):
+        return tuple(ref[0, c] for c in range(ref.shape[1]))
+
+    o_ref[...] = apply(kept_ref[...].astype(jnp.float32), carries(at_tile_ref), carries(at_end_ref)).astype(o_ref.dtype)
 
 
 # Row reductions as (combine, finish, carries) for fused_matmul's ``reduction``.
@@ -319,7 +348,8 @@ def softmax_rows(v):
     return e / jnp.sum(e, axis=-1, keepdims=True)
 
 
-SOFTMAX = RowMap(softmax_rows, lse_carries, _lse_combine, lambda v, top, total: jnp.exp(v - top) / total)
+SOFTMAX = RowMap(softmax_rows, lse_carries, _lse_combine, lambda v, top, total: jnp.exp(v - top),
+                 lambda e, at_tile, at_end: e * (jnp.exp(at_tile[0] - at_end[0]) / at_end[1]))
 
 
 def after_row_max(f):
@@ -327,7 +357,8 @@ def after_row_max(f):
     def row_max(v):
         return (jnp.max(v, axis=-1, keepdims=True),)
 
-    return RowMap(lambda v: f(v - row_max(v)[0]), row_max, MAX_REDUCTION[0], lambda v, top: f(v - top))
+    return RowMap(lambda v: f(v - row_max(v)[0]), row_max, MAX_REDUCTION[0], lambda v, top: v - top,
+                  lambda d, at_tile, at_end: f(d + (at_tile[0] - at_end[0])))
 
 
 def logsumexp_rows(v):
