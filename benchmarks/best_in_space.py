@@ -2,7 +2,7 @@
 
 For each workload: ``jaxbench bench`` with the gradient policy in timing-only mode (compile
 and simulate, no interpret check) from the template's default: the relaxed model's first
-``--gradient`` proposals, then greedy one-knob refinement around the best, ``--evals``
+``--gradient`` proposals, then greedy refinement around the best (``local_moves``), ``--evals``
 evaluations in all; then the fastest three schedules found are checked in order and the
 first that passes is the workload's best. Prints per workload the XLA baseline, the
 default's speedup, the best's, the expert's where one exists and the best schedule; then

@@ -17,10 +17,13 @@ def schedule_key(schedule: Mapping[str, Any]) -> tuple:
     return tuple(sorted(schedule.items()))
 
 
-def one_knob_moves(space, schedule: Mapping[str, Any]) -> Iterator[dict]:
+def local_moves(space, schedule: Mapping[str, Any]) -> Iterator[dict]:
     """Schedules one knob away from ``schedule`` that ``space.check`` allows (the env's
     action mask at ``schedule``), nearest values first: every knob's +-1 index moves, then
-    +-2, and so on."""
+    +-2, and so on. A move the mask rejects is repaired where it can be: with one other
+    knob at its nearest value that makes it legal (every such repair at the least distance).
+    A structural move (all of K in one step, say) often needs smaller blocks to fit VMEM:
+    without repairs, a search that moves one knob at a time never reaches it."""
     current = space.encode(schedule)
     for dist in range(1, int(space.nvec.max(initial=1))):
         for i, knob in enumerate(space.knobs):
@@ -29,6 +32,24 @@ def one_knob_moves(space, schedule: Mapping[str, Any]) -> Iterator[dict]:
                     cand = {**schedule, knob.name: knob.values[j]}
                     if space.check(cand) is None:
                         yield cand
+                    else:
+                        yield from _repairs(space, cand, current, moved=i)
+
+
+def _repairs(space, cand: dict, current, moved: int) -> list[dict]:
+    """``cand`` made legal by one other knob at its nearest legal value, the nearest repairs."""
+    found: dict[int, list[dict]] = {}
+    for i, knob in enumerate(space.knobs):
+        if i == moved:
+            continue
+        for dist in range(1, len(knob.values)):
+            legal = [{**cand, knob.name: knob.values[j]} for j in (current[i] - dist, current[i] + dist)
+                     if 0 <= j < len(knob.values)]
+            legal = [c for c in legal if space.check(c) is None]
+            if legal:
+                found.setdefault(dist, []).extend(legal)
+                break
+    return found[min(found)] if found else []
 
 
 class Policy:

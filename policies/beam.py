@@ -1,6 +1,6 @@
 """Beam search, Autocomp-style: a child is kept only if it beats its parent.
 
-One loop (``BeamPolicy``) serves every proposer: ``ScheduleMoves`` proposes one-knob schedule
+One loop (``BeamPolicy``) serves every proposer: ``ScheduleMoves`` proposes local schedule
 moves, ``policies.llm_beam.PlanThenCode`` asks a chat model for plans and then code. Each
 level, every beam member gets its proposals; each is evaluated (one ``env.step``); the
 children that beat their parent become candidates for the next beam, of which the best
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from action_space.source_edit import read_schedule, with_schedule
-from policies.base import Policy, one_knob_moves, schedule_key
+from policies.base import Policy, local_moves, schedule_key
 
 
 @dataclass
@@ -52,7 +52,7 @@ def action_for(env, source: str, schedule: dict):
 
 
 class ScheduleMoves:
-    """Proposes every one-knob move of each member's schedule that the space allows and no
+    """Proposes every local move (``local_moves``) of each member's schedule that no
     member has tried (nearest values first; at most ``expand`` per member)."""
 
     def __init__(self, expand: int | None = None):
@@ -67,7 +67,7 @@ class ScheduleMoves:
         out = []
         for m in members:
             self.seen.add(schedule_key(m.schedule))
-            moves = [s for s in one_knob_moves(space, m.schedule) if schedule_key(s) not in self.seen]
+            moves = [s for s in local_moves(space, m.schedule) if schedule_key(s) not in self.seen]
             for move in moves[:self.expand] if self.expand is not None else moves:
                 self.seen.add(schedule_key(move))
                 out.append((m, Proposal(m.source, move, f"schedule {move}")))

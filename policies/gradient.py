@@ -11,7 +11,7 @@ values. When the proposals run out (or ``max_proposals`` have been made: greedy 
 follows), or the model cannot be built (no block-size knob, no
 pallas_call, or a current source that is not the workload's own template: building the
 model traces it in the policy's process, where candidate code must never run), it falls
-back to one-knob moves around the best schedule seen.
+back to local moves (``local_moves``) around the best schedule seen.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import itertools
 
 import numpy as np
 
-from policies.base import Policy, one_knob_moves, schedule_action, schedule_key
+from policies.base import Policy, local_moves, schedule_action, schedule_key
 
 
 class GradientPolicy(Policy):
@@ -81,7 +81,7 @@ class GradientPolicy(Policy):
                 self._tried.add(schedule_key(schedule))
                 return schedule_action(env, schedule)
         best = u.best[1] if u.best else u.schedule
-        for schedule in one_knob_moves(u.schedule_space, best):
+        for schedule in local_moves(u.schedule_space, best):
             if schedule_key(schedule) not in self._tried:
                 self._tried.add(schedule_key(schedule))
                 return schedule_action(env, schedule)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from policies.base import Policy, one_knob_moves, schedule_action, schedule_key
+from policies.base import Policy, local_moves, schedule_action, schedule_key
 
 
 class GreedyPolicy(Policy):
     """Coordinate descent: one evaluation per step, on the main env.
 
-    Each ``act`` proposes the next untried one-knob move from the best schedule found so
+    Each ``act`` proposes the next untried local move (``local_moves``) from the best schedule found so
     far (``env.unwrapped.best``), allowed by the action mask there, nearest knob values
     first (every knob's +-1 index, then +-2, ...). The env evaluates it as a normal step.
     If the move beats the best, the env records it as the new best and the next moves
@@ -43,7 +43,7 @@ class GreedyPolicy(Policy):
         self.tried.add(schedule_key(base))
         for h in u.history:
             self.tried.add(schedule_key(h["schedule"]))
-        for cand in one_knob_moves(u.schedule_space, base):
+        for cand in local_moves(u.schedule_space, base):
             key = schedule_key(cand)
             if key not in self.tried:
                 self.tried.add(key)

@@ -138,6 +138,9 @@ def test_space_rejects_impossible_schedules():
     assert "divide" in workloads.get("gemm_add_relu", {"batch_size": 384}).schedule_space().check(default)
     # The largest tiles fit the template's fixed 100 MiB scoped limit; whole 8192-wide rows do not.
     assert tiles.schedule_space().check({**default, "block_m": 1024, "block_k": 2048, "block_n": 2048}) is None
+    # All of K in one step: Mosaic needs 112-120 MiB at 2048/K/512 (84 MiB of blocks), 72-80 at 2048/K/256 (74).
+    assert "VMEM" in tiles.schedule_space().check({**default, "block_m": 2048, "block_n": 512, "accumulator": "none"})
+    assert tiles.schedule_space().check({**default, "block_m": 2048, "block_n": 256, "accumulator": "none"}) is None
     # Softmax needs whole rows by default; narrower column tiles take its two-pass form.
     rows = workloads.get("matmul_dropout_softmax")
     assert rows.schedule_space().default()["block_n"] == 8192

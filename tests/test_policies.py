@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from policies import BeamPolicy, GreedyPolicy, RandomPolicy, beam_search, make_policy, run_policy
-from policies.base import one_knob_moves
+from policies.base import local_moves
 
 SMALL = {"M": 1024, "K": 1024, "N": 2048}
 
@@ -64,7 +64,7 @@ def test_greedy_moves_from_best_and_finds_speedup(env):
     check_records(records)
     start = env.schedule_space.default()
     # the first move is the nearest-value move of the first knob, from the start schedule
-    first = next(one_knob_moves(env.schedule_space, start))
+    first = next(local_moves(env.schedule_space, start))
     assert records[0]["schedule"] == first
     assert len({tuple(sorted(r["schedule"].items())) for r in records}) == 3  # no repeats
     ok = [r["speedup"] for r in records if r["speedup"] is not None]
@@ -111,3 +111,18 @@ def test_legal_only_reaches_random_from_the_command_line():
     assert policy.legal_only and policy.seed == 0
     args = build_parser().parse_args(["optimize", "gemm", "--policy", "random", "--steps", "1", "--out", "x"])
     assert not make_policy(args.policy, **policy_kwargs(args)).legal_only
+
+
+def test_local_moves_repair_a_move_the_mask_rejects():
+    """All of K in one step does not fit next to 2048x2048 tiles; the move comes with the
+    nearest smaller block that makes room, so a local search can reach it."""
+    import workloads
+
+    space = workloads.get("matmul_subtract_multiply_relu").schedule_space()
+    tall = {**space.default(), "block_m": 2048, "block_k": 512, "block_n": 2048}
+    assert space.check(tall) is None and space.check({**tall, "accumulator": "none"}) is not None
+    moves = list(local_moves(space, tall))
+    assert all(space.check(m) is None for m in moves)
+    assert {**tall, "accumulator": "none", "block_n": 256} in moves
+    assert all(sum(m[k] != tall[k] for k in tall) in (1, 2) for m in moves)
+    assert len({tuple(sorted(m.items())) for m in moves}) == len(moves)
