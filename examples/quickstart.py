@@ -38,7 +38,7 @@ def main():
 
     print("random policy (mask-respecting samples):")
     records = run_policy(RandomPolicy(seed=13), env, args.steps, seed=0, callback=show)
-    print("greedy policy (one-knob moves from the best schedule):")
+    print("greedy policy (local moves from the best schedule):")
     records += run_policy(GreedyPolicy(), env, args.steps, seed=0, callback=show)
     best = max((r for r in records if r["speedup"] is not None), key=lambda r: r["speedup"], default=None)
     if best is None or best["speedup"] < info["speedup"]:

@@ -275,12 +275,15 @@ def row_mapped_matmul(x, w, operands=(), *, epilogue, row_map, transpose_w=False
     kept, so_far = _row_reduce(x, w, operands, tile_and_carries, row_map.combine, None, n_carries, transpose_w,
                                None, bm, bk or x.shape[1], bn, buffers, bk is None, keep=row_map.keep)
     tiles = n // bn
-    carries_at = lambda j: pl.BlockSpec((1, n_carries, bm, 1), lambda i, t: (j(t), 0, i, 0))  # noqa: E731
+
+    def carries_spec(tile):  # row block i's carries so far at column tile tile(t)
+        return pl.BlockSpec((1, n_carries, bm, 1), lambda i, t: (tile(t), 0, i, 0))
+
     return pl.pallas_call(
         functools.partial(row_apply_kernel, apply=row_map.apply),
         grid=(x.shape[0] // bm, tiles),
-        in_specs=[pl.BlockSpec((bm, bn), lambda i, t: (i, t)), carries_at(lambda t: t),
-                  carries_at(lambda t: tiles - 1)],
+        in_specs=[pl.BlockSpec((bm, bn), lambda i, t: (i, t)), carries_spec(lambda t: t),
+                  carries_spec(lambda t: tiles - 1)],
         out_specs=pl.BlockSpec((bm, bn), lambda i, t: (i, t)),
         out_shape=jax.ShapeDtypeStruct(kept.shape, kept.dtype),
         input_output_aliases={0: 0},
@@ -294,7 +297,8 @@ def row_apply_kernel(kept_ref, at_tile_ref, at_end_ref, o_ref, *, apply):
     def carries(ref):
         return tuple(ref[0, c] for c in range(ref.shape[1]))
 
-    o_ref[...] = apply(kept_ref[...].astype(jnp.float32), carries(at_tile_ref), carries(at_end_ref)).astype(o_ref.dtype)
+    kept = kept_ref[...].astype(jnp.float32)
+    o_ref[...] = apply(kept, carries(at_tile_ref), carries(at_end_ref)).astype(o_ref.dtype)
 
 
 # Row reductions as (combine, finish, carries) for fused_matmul's ``reduction``.
