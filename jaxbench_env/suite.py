@@ -153,10 +153,11 @@ def _check_best(env, found: list) -> dict:
     """Check the fastest unchecked schedules of the template in order, until one is correct
     (each schedule once: a search that has run out of moves proposes its best again)."""
     from jaxbench_env.candidate import Candidate
+    from policies.base import schedule_key
 
     failures, distinct = [], {}
     for _, schedule in found:
-        distinct.setdefault(tuple(sorted(schedule.items())), schedule)
+        distinct.setdefault(schedule_key(schedule), schedule)
     for schedule in list(distinct.values())[:CHECKS]:
         result = env.evaluator.evaluate(Candidate(env.workload.template_source(), schedule))
         if result.ok:

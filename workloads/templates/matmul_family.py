@@ -84,11 +84,10 @@ def row_reduce_kernel(x_ref, w_ref, *refs, epilogue, combine, finish, transpose_
             out_refs[0][...] = keep(v, *so_far).astype(out_refs[0].dtype)
             for c, value in enumerate(so_far):
                 out_refs[1][0, c] = value
-            return
-
-        @pl.when(j == pl.num_programs(1) - 1)
-        def _row_done():
-            out_refs[0][...] = finish(carries()).astype(out_refs[0].dtype)
+        else:
+            @pl.when(j == pl.num_programs(1) - 1)
+            def _row_done():
+                out_refs[0][...] = finish(carries()).astype(out_refs[0].dtype)
 
 
 def accumulator(bm, bn, single_k):
