@@ -81,8 +81,9 @@ def predict_exported(exported, args=None, chip: str = "v6e", essential: tuple | 
     concrete values) and put in the compiled program's order; with ``essential`` (bytes,
     FLOPs), no time is below the chip's physical floor for that work. Returns time_s (the
     judged time), model_s (the model's, before the floor), floor_s, the breakdown's notes
-    and kernels, compile seconds and the compiled program's ``optimal_seconds``. Raises on a
-    compile failure."""
+    and kernels, compile seconds, the compiled program's ``optimal_seconds`` and its
+    ``features`` (``ProgramFeatures.to_dict``: a saved sweep can be re-priced without
+    compiling again). Raises on a compile failure."""
     from jaxbench_env.aot import compile_for
     from jaxbench_env.sim import V5E, V6E, bundles, mosaic, predict_program
     from jaxbench_env.sim.prefetch import prefetch_tables
@@ -107,7 +108,7 @@ def predict_exported(exported, args=None, chip: str = "v6e", essential: tuple | 
             "floored": breakdown.time_s < floor_s, "notes": list(breakdown.notes), "compile_s": compile_s,
             "kernels": [{k: v for k, v in kern.items() if k != "grid"} for kern in breakdown.kernels],
             "glue_s": breakdown.glue_s, "optimal_seconds": breakdown.optimal_seconds,
-            "calibration": breakdown.constants, "kernel_loops": loops}
+            "calibration": breakdown.constants, "kernel_loops": loops, "features": breakdown.features.to_dict()}
 
 
 def loop_levels(profile) -> dict:
