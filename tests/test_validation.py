@@ -6,6 +6,8 @@ from jaxbench_env.aot import prepare_process
 
 prepare_process()
 
+import json  # noqa: E402
+
 import pytest  # noqa: E402
 
 from jaxbench_env import validation as v  # noqa: E402
@@ -85,6 +87,11 @@ def test_one_rpa_compile_prices_with_concrete_tables():
     [kernel] = got["kernels"]
     assert kernel["name"] == "ragged_paged_attention_kernel" and kernel["steps"] == 512 // 64
     assert kernel["compute_from"] == "bundles"
+    # A saved sweep re-prices without compiling: its features survive JSON and price the same.
+    from jaxbench_env.sim.model import ProgramFeatures, price
+
+    saved = json.loads(json.dumps(got["features"]))
+    assert price(ProgramFeatures.from_dict(saved)).time_s == pytest.approx(got["model_s"], rel=1e-12)
 
 
 def test_sim_report_has_the_pallas_validation_flag():
