@@ -21,6 +21,8 @@ over 40 minutes on two busy cores. ``--budget-minutes`` starts no compile after 
                                           [--budget-minutes M] [--json PATH]
 
 With ``--json PATH`` a run cut short by its budget continues where it stopped when run again.
+``--reprice PATH`` scores such a saved sweep again with today's pricing and constants, from
+the program features it saved, without compiling (to try a change to ``sim/model.py``'s price).
 """
 
 from __future__ import annotations
@@ -48,7 +50,15 @@ def main() -> int:
     parser.add_argument("--json", metavar="PATH",
                         help="save the results as JSON (rewritten after every shape); a run with the same "
                              "PATH, seed and simulator resumes: pairs already priced there are not compiled again")
+    parser.add_argument("--reprice", metavar="PATH",
+                        help="score the sweep saved at PATH again with today's price and constants (no compile)")
     args = parser.parse_args()
+    if args.reprice:
+        summary = validation.reprice_rpa(json.loads(Path(args.reprice).read_text()))
+        print(validation.rpa_markdown(summary))
+        print()
+        print(validation.rpa_headline(summary) + f" [re-priced from {args.reprice}]")
+        return 0
     state = {"simulator": validation.simulator_state(), "batch": validation.rpa_batch.__doc__, "seed": args.seed}
     pairs: dict = {}
     if args.json and Path(args.json).is_file():

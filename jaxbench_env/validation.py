@@ -529,6 +529,32 @@ def run_rpa(n_shapes: int = 20, seed: int = 0, max_pairs: int | None = None, pro
     return summary()
 
 
+def reprice_rpa(saved: dict) -> dict:
+    """Score a saved sweep (``benchmarks/rpa_tuned_blocks.py --json``) again with today's
+    ``price`` and constants, from the program features each pair saved: no compile, seconds
+    for a whole sweep. The features must come from this features version (what they hold and
+    how ``price`` reads them change together); the trip-count diagnostic is kept as saved."""
+    from jaxbench_env.sim import FEATURES_VERSION, V6E
+    from jaxbench_env.sim.model import ProgramFeatures, price
+
+    version = saved.get("simulator", {}).get("features_version")
+    if version != FEATURES_VERSION:
+        raise ValueError(f"the sweep's features are of version {version}, the simulator's of {FEATURES_VERSION}: "
+                         "run the sweep again")
+    pairs = {}
+    for key, got in saved["pairs"].items():
+        if "features" in got:
+            model_s = price(ProgramFeatures.from_dict(got["features"]), V6E).time_s
+            got = {**got, "model_s": model_s, "time_s": max(model_s, got["floor_s"])}
+        pairs[key] = got
+    max_pairs = saved.get("max_pairs")
+    shapes = [RpaResult.from_dict(d).shape for d in saved["shapes"]]
+    missing = [s.label for s in shapes if any(f"{s.label}|{kv}|{q}" not in pairs for kv, q in rpa_pairs(s, max_pairs))]
+    if missing:  # run_rpa would compile them
+        raise ValueError(f"the sweep has not priced every pair of {missing}")
+    return run_rpa(seed=saved["seed"], max_pairs=max_pairs, progress=False, shapes=shapes, pair_cache=pairs)
+
+
 def rpa_summary(results: list[RpaResult], **extra) -> dict:
     """Headline figures: the judged criterion (the judge's times, floor included), the same on
     the model's times before the floor, and the trip-count diagnostic where computed."""

@@ -101,3 +101,15 @@ def test_sim_report_has_the_pallas_validation_flag():
     assert args.pallas_validation and args.rpa_shapes == 2
     args = build_parser().parse_args(["sim-report"])
     assert not args.pallas_validation and args.rpa_shapes == 6
+
+
+def test_a_saved_sweep_reprices_without_compiling(monkeypatch):
+    s = v.RpaShape(4, 2, 128, 16, 512, 64, (4, 64))
+    swept = v.run_rpa(shapes=[s], max_pairs=1, progress=False, pair_cache=(pairs := {}))
+    saved = json.loads(json.dumps({**swept, "seed": 0, "pairs": pairs}))
+    monkeypatch.setattr(v, "predict_rpa", lambda *a, **k: pytest.fail("re-pricing compiled"))
+    again = v.reprice_rpa(saved)
+    assert again["shapes"][0]["times_s"] == pytest.approx(swept["shapes"][0]["times_s"], rel=1e-12)
+    assert (again["scored"], again["within_10pct"]) == (swept["scored"], swept["within_10pct"])
+    with pytest.raises(ValueError, match="version"):
+        v.reprice_rpa({**saved, "simulator": {**saved["simulator"], "features_version": -1}})
