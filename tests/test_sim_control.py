@@ -156,6 +156,44 @@ def hand_copied(k_hbm, parts=1):
                           scratch_shapes=[pltpu.VMEM((B, B), jnp.bfloat16), pltpu.SemaphoreType.DMA])(k_hbm)
 
 
+def copied_blocks(prefetch: bool):
+    """Step i copies key block i by hand and runs 32 element-wise passes over it: waiting for
+    the copy right after starting it, or, with ``prefetch``, starting step i + 1's copy into
+    the other buffer before waiting for its own (jax's paged kernels' pattern)."""
+    def kernel(k_hbm, o_ref, buf, sems):
+        i, n = pl.program_id(0), pl.num_programs(0)
+
+        def copy(block, slot):
+            return pltpu.make_async_copy(k_hbm.at[pl.ds(pl.multiple_of(block * B, B), B)], buf.at[slot], sems.at[slot])
+
+        if prefetch:
+            slot = i % 2
+
+            @pl.when(i == 0)
+            def _():
+                copy(0, 0).start()
+
+            @pl.when(i + 1 < n)
+            def _():
+                copy(i + 1, 1 - slot).start()
+        else:
+            slot = 0
+            copy(i, slot).start()
+        copy(i, slot).wait()
+        s = buf[slot].astype(F32)
+        for _ in range(32):
+            s = jnp.tanh(s) * 1.5
+        o_ref[...] = s
+
+    def f(k):
+        return pl.pallas_call(kernel, grid=(NQ,), in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+                              out_specs=pl.BlockSpec((B, B), lambda i: (i, 0)),
+                              out_shape=jax.ShapeDtypeStruct((NQ * B, B), F32),
+                              scratch_shapes=[pltpu.VMEM((2, B, B), jnp.bfloat16), pltpu.SemaphoreType.DMA((2,))],
+                              compiler_params=pltpu.CompilerParams(dimension_semantics=("arbitrary",)))(k)
+    return f
+
+
 def _heavy(flag: bool):
     """Each step: 32 element-wise passes over a block; with ``flag``, step 0 also sets an
     SMEM flag under pl.when (a side so small the compiler predicates it: no branch)."""
@@ -191,6 +229,8 @@ PROGRAMS = {
     "gridless": (gridless, [jax.ShapeDtypeStruct((256, 128), F32)], None),
     "hand_copied": (hand_copied, [BLOCKS], None),
     "hand_copied_halves": (functools.partial(hand_copied, parts=2), [BLOCKS], None),
+    "copied_waited": (copied_blocks(prefetch=False), [BLOCKS], None),
+    "copied_prefetched": (copied_blocks(prefetch=True), [BLOCKS], None),
     "heavy": (_heavy(False), [BLOCKS], None),
     "heavy_flag": (_heavy(True), [BLOCKS], None),
 }
@@ -363,11 +403,27 @@ def test_each_group_of_hand_issued_copies_waits_out_the_copy_latency(compiled, n
     sim = predicted(compiled, name)
     k = sim.features.kernels[0]
     # Step i issues i + 1 groups, however many copies start together in one.
-    groups = sorted(g for g, (_, _, n) in zip(k.row_dma_groups, k.traffic) for _ in range(n))
-    assert groups == list(range(1, NQ + 1))
+    # (Each is waited for before any compute: its groups wait in line.)
+    groups = sorted(g for g, (_, _, n) in zip(k.row_waited_groups, k.traffic) for _ in range(n))
+    assert groups == list(range(1, NQ + 1)) and k.row_dma_groups is None
     # Each group costs at least the latency, as a grid step does, even with almost no bytes or compute.
     latency = calibration().step_overhead_s
     assert sim.kernels[0]["time_s"] >= latency * NQ * (NQ + 1) / 2 > 3 * latency * NQ
+
+
+def test_a_copy_waited_for_as_it_starts_is_not_hidden_behind_compute(compiled):
+    waited, prefetched = predicted(compiled, "copied_waited"), predicted(compiled, "copied_prefetched")
+    (kw,), (kp,) = waited.features.kernels, prefetched.features.kernels
+    block = B * B * 2
+    # The same bytes: one key block a step in, one output block out.
+    assert kw.hbm_bytes == kp.hbm_bytes == NQ * (block + B * B * 4)
+    # Waited for at once, each step's copy is serial traffic and waits out its latency in line...
+    assert [t[1] for t in kw.traffic] == [block] * len(kw.traffic) and kw.row_dma_groups is None
+    assert sum(g * t[2] for g, t in zip(kw.row_waited_groups, kw.traffic)) == NQ
+    # ...where the next step's copy, started before this one's wait, runs behind this step's compute.
+    assert all(t[1] == 0 for t in kp.traffic) and kp.row_waited_groups is None
+    latency = calibration().step_overhead_s
+    assert waited.time_s - prefetched.time_s > 0.5 * NQ * latency
 
 
 def test_gridless_vmem_kernel_is_priced(compiled):

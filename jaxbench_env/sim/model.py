@@ -33,7 +33,7 @@ from .hardware import V6E, Calibration, Chip, calibration
 from .pallas import KernelFeatures
 
 # Bump when what ``program_features`` extracts, or how ``price`` reads it, changes: cached results then miss.
-FEATURES_VERSION = 7
+FEATURES_VERSION = 8
 
 
 @dataclass
@@ -175,14 +175,16 @@ def combine(compute_s, memory_s, overlap: float, xp=np):
                     0.0)
 
 
-def step_s(compute_s, overlapped_s, serial_s, latency_s: float, overlap: float, xp=np):
+def step_s(compute_s, overlapped_s, serial_s, latency_s: float, overlap: float, xp=np, serial_latency_s=None):
     """One grid step. A step's copies take at least a fixed issue-to-completion latency,
     however few their bytes; double-buffered copies run during the step's compute, so a
-    short step costs that latency whatever its bundles. Single-buffered copies wait in line.
-    Elementwise, as ``combine``."""
+    short step costs that latency whatever its bundles. Single-buffered copies, and copies
+    waited for as soon as they start, wait in line (``serial_latency_s``: their latency, by
+    default ``latency_s``). Elementwise, as ``combine``."""
     serial = serial_s > 0
+    in_line = latency_s if serial_latency_s is None else serial_latency_s
     memory_s = xp.where(serial, overlapped_s, xp.maximum(overlapped_s, latency_s))
-    return combine(compute_s, memory_s, overlap, xp) + xp.where(serial, xp.maximum(serial_s, latency_s), 0.0)
+    return combine(compute_s, memory_s, overlap, xp) + xp.where(serial, xp.maximum(serial_s, in_line), 0.0)
 
 
 def price_op(op: OpFeatures, chip: Chip, cal: Calibration) -> float:
@@ -212,8 +214,10 @@ def price_kernel(k: KernelFeatures, chip: Chip, cal: Calibration) -> dict:
     # Each group of copies the body issues itself waits out the copy latency, as a grid step's do.
     groups = k.row_dma_groups if k.row_dma_groups is not None else 0.0
     latency = cal.step_overhead_s * np.maximum(1.0, np.asarray(groups, np.float64))
+    waited = k.row_waited_groups if k.row_waited_groups is not None else 0.0
+    in_line = cal.step_overhead_s * np.maximum(1.0, np.asarray(waited, np.float64))
     steps_s = float(np.sum(counts * step_s(computes, overlapped / bandwidth, serial / bandwidth, latency,
-                                           cal.overlap)))
+                                           cal.overlap, serial_latency_s=in_line)))
     compute_s = float(np.sum(counts * computes))
     time_s = (cal.op_overhead_s + steps_s + (k.fill_bytes + k.drain_bytes) / bandwidth
               + k.bundles_outside / cal.bundle_rate_hz)

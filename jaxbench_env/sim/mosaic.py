@@ -451,6 +451,7 @@ def _body_work(body: Body) -> tuple[float, float, float, float]:
         region, times = stack.pop()
         for k in range(4):
             total[k] += times * region.work[k]
+        total[3] += times * region.work[5]
         for op in region.ops:
             inner = times
             if op.name == "scf.for" and op.item >= 0:
@@ -557,13 +558,13 @@ class Body:
 
 def _op_work(op, name: str) -> tuple:
     if name == "tpu.matmul":
-        return (_matmul_flops(op), 0.0, 0.0, 0.0, 0.0)
+        return (_matmul_flops(op),) + _NO_WORK[1:]
     if name == "tpu.enqueue_dma":
-        return (0.0, 0.0, 0.0, _dma_bytes(op), 0.0)  # its copy group: counted by ``_body_ir``
+        return (0.0, 0.0, 0.0, _dma_bytes(op)) + _NO_WORK[4:]  # its copy group: counted by ``_body_ir``
     if name in _TRANSCENDENTAL:
-        return (0.0, 0.0, sum(_elements(r.type) for r in op.results), 0.0, 0.0)
+        return (0.0, 0.0, sum(_elements(r.type) for r in op.results)) + _NO_WORK[3:]
     if name not in _FREE:
-        return (0.0, sum(_elements(r.type) for r in op.results), 0.0, 0.0, 0.0)
+        return (0.0, sum(_elements(r.type) for r in op.results)) + _NO_WORK[2:]
     return _NO_WORK
 
 
@@ -574,15 +575,71 @@ _STORES = ("tpu.vector_store", "vector.store", "tpu.store", "tpu.strided_store")
 _MOVES = _STORES + ("vector.load", "tpu.load", "tpu.strided_load")
 _MXU_FLOPS_PER_BUNDLE = 2.0 * 8 * 256 * 256  # rough: only to compare sizes
 _ELEMENTS_PER_BUNDLE = 4096.0
+# Rough too: whether the work between a copy's start and its wait can hide it (the copy
+# latency, ~0.35 us, and v6e's HBM bandwidth, in bundles at ~1.9 GHz).
+_COPY_LATENCY_BUNDLES = 650.0
+_BUNDLES_PER_COPY_BYTE = 1.9e9 / 1.64e12
 _ATTRS = {"arith.constant": "value", "arith.cmpi": "predicate", "tpu.iteration_bound": "dimension"}
-_NO_WORK = (0.0, 0.0, 0.0, 0.0, 0.0)
+# A region's work: MXU flops, vector ops, transcendentals, then the bytes and groups of the
+# copies it issues that run behind compute, then those of copies it waits for right away
+# (started and waited in one go: nothing overlaps them).
+_NO_WORK = (0.0,) * 7
+_WAITS = ("tpu.wait_dma", "tpu.wait_dma2")
 
 
 def _ungrouped(sc) -> tuple:
     """A region scan (``_body_ir``'s) with its copy groups, nested ones included, set to none."""
     blk, entries, work, size, estimate, copies = sc
     return (blk, [(o, name, tuple(_ungrouped(sub) for sub in subs)) for o, name, subs in entries],
-            work[:4] + (0.0,), size, estimate, copies)
+            work[:4] + (0.0, work[5], 0.0), size, estimate, copies)
+
+
+def _waited(sc) -> tuple:
+    """A region scan whose copies, nested ones included, are waited for right away: their
+    bytes and groups move to the waited columns."""
+    blk, entries, work, size, estimate, copies = sc
+    return (blk, [(o, name, tuple(_waited(sub) for sub in subs)) for o, name, subs in entries],
+            work[:3] + (0.0, 0.0, work[5] + work[3], work[6] + work[4]), size, estimate, copies)
+
+
+def _ref_key(value, depth: int = 0):
+    """What a ref (a semaphore, a copy's target) names, to tell whether a wait is for copies
+    just started: its root argument and the indices sliced into it (constants by value)."""
+    owner = value.owner
+    if depth > 8 or hasattr(owner, "operations"):  # a block argument: the root
+        return value
+    op = owner.operation
+    name = _short(op)
+    operands = list(op.operands)
+    if name in ("tpu.memref_squeeze", "tpu.memref_reshape", "tpu.memref_bitcast", "tpu.reinterpret_cast"):
+        return _ref_key(operands[0], depth + 1)
+    if name == "tpu.memref_slice" and operands:
+        return (_ref_key(operands[0], depth + 1), tuple(_index_key(v) for v in operands[1:]))
+    return value
+
+
+def _index_key(v):
+    owner = v.owner
+    if not hasattr(owner, "operations") and _short(owner.operation) == "arith.constant":
+        return ("constant", _int_attr(owner.operation.attributes["value"]))
+    return v
+
+
+def _copy_key(op, name: str):
+    """(semaphore, target buffer and its leading index) of an ``enqueue_dma`` or a wait, or None."""
+    ir = _mlir_ir()
+    operands = list(op.operands)
+    sizes = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"])) if "operandSegmentSizes" in op.attributes else None
+    if sizes is None:
+        return None
+    if name == "tpu.enqueue_dma":  # source, source semaphore?, target, target semaphore, ...
+        target, sem = operands[sizes[0] + sizes[1]], operands[sizes[0] + sizes[1] + sizes[2]]
+    else:  # semaphore, source?, target
+        sem, target = operands[0], operands[sizes[0] + sizes[1]]
+    dst = _ref_key(target)
+    if isinstance(dst, tuple):  # the buffer and its leading index (the slot), not where in it
+        dst = (dst[0], dst[1][:1])
+    return _ref_key(sem), dst
 
 
 def _body_ir(func_op) -> Body:
@@ -607,17 +664,23 @@ def _body_ir(func_op) -> Body:
 
         Copies issued with nothing but scalar work between them are one group (in flight
         together, they wait out one latency), a loop that only issues copies included: its
-        group counts once where the loop is, not once per trip. ``copies``: whether the region
-        issues copies and whether it does nothing else (no vector work, no waits)."""
+        group counts once where the loop is, not once per trip. Copies waited for (the same
+        semaphore and target slot: ``_copy_key``) after too little work since they started to
+        hide them (by the rough estimate) are counted apart, as waited for in line. ``copies``: whether the region issues
+        copies, whether it does nothing else (no vector work, no waits), the keys of the copies
+        it issues and waits for, and whether it computes (nested regions included)."""
         blocks = list(reg.blocks)
         if not blocks:
-            return None, [], _NO_WORK, 0, 0.0, (False, True)
+            return None, [], _NO_WORK, 0, 0.0, (False, True, frozenset(), frozenset(), False)
         blk = blocks[0]
-        entries, work, size, estimate = [], [0.0] * len(_NO_WORK), 0, 0.0
-        issuing, issues, quiet = False, False, True
+        entries, work, size, estimate, work_groups = [], [0.0] * len(_NO_WORK), 0, 0.0, []
+        issuing, issues, quiet, computes = False, False, True, False
+        issued, waited = set(), set()  # copy keys (``_copy_key``) issued and waited for, nested included
+        pending: list = []  # copies not yet waited for: [entry, keys, bytes, bundles since started]
         for o in blk.operations:
             o = o.operation
             name = _short(o)
+            before = estimate
             if name not in ("scf.yield", "arith.constant"):
                 size += 1
                 estimate += 0.5
@@ -625,16 +688,41 @@ def _body_ir(func_op) -> Body:
             subs = tuple(scan(r) for r in o.regions) if len(o.regions) else ()
             inner_issues = any(sub[5][0] for sub in subs)
             inner_quiet = all(sub[5][1] for sub in subs)
+            inner_keys = set().union(*(sub[5][2] for sub in subs)) if subs else set()
+            inner_waits = set().union(*(sub[5][3] for sub in subs)) if subs else set()
             issues |= inner_issues
             copy_loop = name in _LOOPS and inner_issues and inner_quiet  # one group, here, not per trip
             if copy_loop:
                 subs = tuple(_ungrouped(sub) for sub in subs)
+            key = _copy_key(o, name) if name == "tpu.enqueue_dma" or name in _WAITS else None
             if name == "tpu.enqueue_dma" or copy_loop:
                 issues = True
-                w = (w[:4] + (0.0,)) if issuing else (w[:4] + (1.0,))
+                w = (w[:4] + (0.0 if issuing else 1.0,) + w[5:])
                 issuing = True
-            elif name in ("tpu.wait_dma", "tpu.wait_dma2", "tpu.matmul") or vector(o) or not inner_quiet:
+                copied = w[3] if name == "tpu.enqueue_dma" else sum(sub[2][3] for sub in subs)
+                pending.append([len(entries), {key} if name == "tpu.enqueue_dma" else inner_keys, copied, 0.0])
+            elif name in _WAITS or (inner_waits and not any(sub[5][4] for sub in subs)):
                 issuing = quiet = False
+                hit = {key} if name in _WAITS else inner_waits
+                for i, keys, copied, between in [p for p in pending if p[1] & hit]:
+                    if between >= _COPY_LATENCY_BUNDLES + copied * _BUNDLES_PER_COPY_BYTE:
+                        continue  # the work since it started can hide it
+                    # Waited for with too little work since it started to hide it: in line.
+                    e_o, e_name, e_subs = entries[i]
+                    own = _op_work(e_o, e_name) if e_name == "tpu.enqueue_dma" else _NO_WORK
+                    group = work_groups[i]
+                    work[3] -= own[3]
+                    work[5] += own[3]
+                    work[4] -= group
+                    work[6] += group
+                    work_groups[i] = 0.0
+                    entries[i] = (e_o, e_name, tuple(_waited(sub) for sub in e_subs))
+                pending = [p for p in pending if not p[1] & hit]
+            elif name == "tpu.matmul" or vector(o) or not inner_quiet:
+                issuing = quiet = False
+                computes |= name == "tpu.matmul" or vector(o) or any(sub[5][4] for sub in subs)
+            issued |= {key} if name == "tpu.enqueue_dma" else inner_keys
+            waited |= {key} if name in _WAITS else inner_waits
             if w is not _NO_WORK:
                 for k in range(len(w)):
                     work[k] += w[k]
@@ -643,8 +731,12 @@ def _body_ir(func_op) -> Body:
                 moved = o.operands[0] if name in _STORES else (o.results[0] if len(o.results) else None)
                 estimate += _elements(moved.type) / _ELEMENTS_PER_BUNDLE if moved is not None else 0.0
             estimate += sum(sub[4] for sub in subs)
+            for p in pending[:-1] if name == "tpu.enqueue_dma" or copy_loop else pending:
+                p[3] += estimate - before
+            work_groups.append(w[4] if name == "tpu.enqueue_dma" or copy_loop else 0.0)
             entries.append((o, name, subs))
-        return blk, entries, tuple(work), size, estimate, (issues, quiet)
+        return blk, entries, tuple(work), size, estimate, (issues, quiet, frozenset(issued), frozenset(waited),
+                                                           computes)
 
     top_scan = scan(func_op.regions[0])
 
@@ -1320,7 +1412,8 @@ class ControlCounts:
     predicate could not be evaluated (charged wherever the branch is reached). ``work``:
     (MXU flops, vector ops, transcendentals) per grid step on average; ``dma``: bytes of
     hand-issued DMAs per grid step (broadcastable); ``dma_groups``: how many groups of DMAs
-    the body issues per grid step (copies started one after another count once; broadcastable)."""
+    the body issues per grid step (copies started one after another count once; broadcastable);
+    ``waited_dma`` and ``waited_groups``: the same for copies waited for right after they start."""
 
     grid: tuple
     mult: dict = field(default_factory=dict)
@@ -1331,6 +1424,8 @@ class ControlCounts:
     work: list = field(default_factory=lambda: [0.0, 0.0, 0.0])
     dma: object = 0.0
     dma_groups: object = 0.0
+    waited_dma: object = 0.0
+    waited_groups: object = 0.0
 
     def flat(self, value) -> np.ndarray:
         """A per-step quantity as one value per grid step, in the order the grid runs."""
@@ -1398,11 +1493,13 @@ class _Evaluator:
     def _snapshot(self):
         c = self.counts
         return (dict(c.mult), dict(c.entries), dict(c.max_trips), dict(c.bounds), set(c.uncertain), list(c.work), c.dma,
-                c.dma_groups, dict(self.smem) if self.smem is not None else None, self.lost)
+                c.dma_groups, c.waited_dma, c.waited_groups, dict(self.smem) if self.smem is not None else None,
+                self.lost)
 
     def _restore(self, snap) -> None:
         c = self.counts
-        c.mult, c.entries, c.max_trips, c.bounds, c.uncertain, c.work, c.dma, c.dma_groups, self.smem, self.lost = snap
+        (c.mult, c.entries, c.max_trips, c.bounds, c.uncertain, c.work, c.dma, c.dma_groups, c.waited_dma,
+         c.waited_groups, self.smem, self.lost) = snap
 
     # --- the walk ---
 
@@ -1418,6 +1515,10 @@ class _Evaluator:
             self.counts.dma = self.counts.dma + w[3] * np.asarray(weight, np.float64)
         if w[4]:
             self.counts.dma_groups = self.counts.dma_groups + w[4] * np.asarray(weight, np.float64)
+        if w[5]:
+            self.counts.waited_dma = self.counts.waited_dma + w[5] * np.asarray(weight, np.float64)
+        if w[6]:
+            self.counts.waited_groups = self.counts.waited_groups + w[6] * np.asarray(weight, np.float64)
         needed = self.body.needed
         for op in region.ops:
             name = op.name
@@ -2129,7 +2230,8 @@ def kernel_features(call: CustomCall, prefetch: list | None = None, profile=None
     try:
         counts = control_counts(kernel, grid, tables)
         notes = counts.notes(kernel.name, kernel.body.items) if kernel.body is not None else []
-        dma, groups = (counts.flat(x) if np.ndim(x) else x for x in (counts.dma, counts.dma_groups))
+        dma, groups, waited, waited_groups = (counts.flat(x) if np.ndim(x) else x for x in (
+            counts.dma, counts.dma_groups, counts.waited_dma, counts.waited_groups))
         work = (counts.work[0], counts.work[1], counts.work[2], dma)
         per_step, outside = None, 0.0
         if profile is not None:
@@ -2142,7 +2244,7 @@ def kernel_features(call: CustomCall, prefetch: list | None = None, profile=None
         raise Unpriceable(f"kernel {kernel.name}: its loops and branches could not be evaluated "
                           f"({type(e).__name__}: {e})") from e
     k = assemble(kernel.name, grid, streams, work, kernel.vmem_bytes, tuple(shape for shape, _ in call.results),
-                 bound, bundles=per_step, dma_groups=groups)
+                 bound, bundles=per_step, dma_groups=groups, waited_dma=waited, waited_groups=waited_groups)
     k.bundles_outside = outside
     k.notes = notes
     return k

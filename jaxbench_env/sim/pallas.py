@@ -58,6 +58,9 @@ class KernelFeatures:
     # Groups of copies a step of each traffic row issues itself (each group waits out the copy
     # latency); None: none.
     row_dma_groups: list | None = None
+    # Of those, groups the step waits for right after starting them (their bytes are in the
+    # row's serial bytes; each waits out the latency in line); None: none.
+    row_waited_groups: list | None = None
     dynamic_index: bool = False  # scalar-prefetch index maps: a fresh block every step assumed
     grid_bound: int | None = None  # the bound used for a data-dependent grid axis
     manual_dma: bool = False
@@ -392,12 +395,15 @@ def _distinct_rows(columns: list) -> tuple[np.ndarray, np.ndarray]:
 
 
 def assemble(name: str, grid: tuple, streams: list[Stream], work: tuple, vmem_bytes: int, out_shapes: tuple,
-             grid_bound: int | None = None, bundles=None, dma_groups=None) -> KernelFeatures:
+             grid_bound: int | None = None, bundles=None, dma_groups=None, waited_dma=0.0,
+             waited_groups=None) -> KernelFeatures:
     """A kernel's features from its grid, its pipelined operands' block indices per step, and
     its body's work per step ((flops, vector ops, transcendentals, hand-issued DMA bytes):
     the DMA bytes a number or one value per step); ``bundles``: the compiled kernel's bundles
     at each step (an array), if read; ``dma_groups``: groups of DMAs the body issues itself
-    (copies started together), a number or one value per step.
+    (copies started together), a number or one value per step; ``waited_dma`` and
+    ``waited_groups``: the bytes and groups of the copies it waits for right after starting
+    them (nothing runs behind those: serial traffic), likewise.
 
     An input block is fetched when its index differs from the previous step's (always at the
     first); an output block is written back when its index is about to change (always at the
@@ -415,16 +421,19 @@ def assemble(name: str, grid: tuple, streams: list[Stream], work: tuple, vmem_by
         if s.output:  # an output block is written back when its index moves on
             moved = np.concatenate([moved[1:], [True]])
         (serial if s.buffers < 2 else overlapped)[:] += moved * s.nbytes
-    # Copies the body issues itself: assumed overlapped with compute, as kernels that
-    # gather pages by hand start the next step's copies before waiting on their own.
+    # Copies the body issues itself overlap its compute (kernels that gather pages by hand
+    # start the next copies before waiting on their own), except those it waits for at once.
     overlapped += manual_dma
+    serial += waited_dma
     columns = [overlapped, serial]
     varying = bundles is not None and np.ndim(bundles) and steps > 1 and np.ptp(bundles) > 0
     if varying:
         columns.append(np.asarray(bundles, np.float64))
-    grouped = np.any(np.asarray(dma_groups if dma_groups is not None else 0.0) > 0)
-    if grouped:
-        columns.append(np.broadcast_to(np.asarray(dma_groups, np.float64), (steps,)))
+    extra = {}
+    for key, value in (("groups", dma_groups), ("waited", waited_groups)):
+        if np.any(np.asarray(value if value is not None else 0.0) > 0):
+            extra[key] = len(columns)
+            columns.append(np.broadcast_to(np.asarray(value, np.float64), (steps,)))
     rows, counts = _distinct_rows(columns)
     mean_bundles = float(np.mean(bundles)) if bundles is not None else None
     return KernelFeatures(
@@ -435,9 +444,10 @@ def assemble(name: str, grid: tuple, streams: list[Stream], work: tuple, vmem_by
         flops=float(flops), vector_ops=float(vec), transcendentals=float(trans), vmem_bytes=int(vmem_bytes),
         out_shapes=tuple(tuple(int(d) for d in shape) for shape in out_shapes),
         dynamic_index=any(s.indices is None for s in streams), grid_bound=grid_bound,
-        manual_dma=bool(np.any(np.asarray(manual_dma) > 0)), bundles_per_step=mean_bundles,
+        manual_dma=bool(np.any(np.asarray(manual_dma) + np.asarray(waited_dma) > 0)), bundles_per_step=mean_bundles,
         row_bundles=[float(r[2]) for r in rows] if varying else None,
-        row_dma_groups=[float(r[-1]) for r in rows] if grouped else None,
+        row_dma_groups=[float(r[extra["groups"]]) for r in rows] if "groups" in extra else None,
+        row_waited_groups=[float(r[extra["waited"]]) for r in rows] if "waited" in extra else None,
     )
 
 
