@@ -626,7 +626,15 @@ def _index_key(v):
 
 
 def _copy_key(op, name: str):
-    """(semaphore, target buffer and its leading index) of an ``enqueue_dma`` or a wait, or None."""
+    """(semaphore, target buffer and its leading index) of an ``enqueue_dma`` or a wait, or None
+    (never a match) where its operands are not laid out as expected."""
+    try:
+        return _copy_key_of(op, name)
+    except (IndexError, KeyError, TypeError, ValueError):
+        return None
+
+
+def _copy_key_of(op, name: str):
     ir = _mlir_ir()
     operands = list(op.operands)
     sizes = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"])) if "operandSegmentSizes" in op.attributes else None
