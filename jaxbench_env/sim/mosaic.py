@@ -424,15 +424,22 @@ def _matmul_flops(op) -> float:
     return 2.0 * out * math.prod(lhs[d] for d in contracting)
 
 
+def _copy_operands(op, name: str) -> tuple:
+    """(semaphore, target) of an ``enqueue_dma`` (source, source semaphore?, target, target
+    semaphore, ...) or a ``wait_dma2`` (semaphore, source, target, ...)."""
+    operands = list(op.operands)
+    if "operandSegmentSizes" not in op.attributes:
+        return None, operands[2] if name == "tpu.enqueue_dma" else operands[-1]
+    sizes = list(_mlir_ir().DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
+    target = sizes[0] + sizes[1]
+    if name == "tpu.enqueue_dma":
+        return operands[target + sizes[2]], operands[target]
+    return operands[0], operands[target]
+
+
 def _dma_bytes(op) -> float:
     """Bytes one ``enqueue_dma`` copies: its target's (sliced) shape."""
-    ir = _mlir_ir()
-
-    target = 2  # source, source semaphore (optional), target, ...
-    if "operandSegmentSizes" in op.attributes:
-        sizes = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
-        target = sizes[0] + sizes[1]
-    info = _memref(op.operands[target].type)
+    info = _memref(_copy_operands(op, "tpu.enqueue_dma")[1].type)
     if info is None:
         return 0.0
     shape, dtype, _ = info
@@ -611,10 +618,10 @@ def _ref_key(value, depth: int = 0):
     op = owner.operation
     name = _short(op)
     operands = list(op.operands)
-    if name in ("tpu.memref_squeeze", "tpu.memref_reshape", "tpu.memref_bitcast", "tpu.reinterpret_cast"):
-        return _ref_key(operands[0], depth + 1)
     if name == "tpu.memref_slice" and operands:
         return (_ref_key(operands[0], depth + 1), tuple(_index_key(v) for v in operands[1:]))
+    if name in _REF_VIEWS and operands:
+        return _ref_key(operands[0], depth + 1)
     return value
 
 
@@ -629,25 +636,15 @@ def _copy_key(op, name: str):
     """(semaphore, target buffer and its leading index) of an ``enqueue_dma`` or a wait, or None
     (never a match) where its operands are not laid out as expected."""
     try:
-        return _copy_key_of(op, name)
+        sem, target = _copy_operands(op, name)
+        if sem is None:
+            return None
+        dst = _ref_key(target)
+        if isinstance(dst, tuple):  # the buffer and its leading index (the slot), not where in it
+            dst = (dst[0], dst[1][:1])
+        return _ref_key(sem), dst
     except (IndexError, KeyError, TypeError, ValueError):
         return None
-
-
-def _copy_key_of(op, name: str):
-    ir = _mlir_ir()
-    operands = list(op.operands)
-    sizes = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"])) if "operandSegmentSizes" in op.attributes else None
-    if sizes is None:
-        return None
-    if name == "tpu.enqueue_dma":  # source, source semaphore?, target, target semaphore, ...
-        target, sem = operands[sizes[0] + sizes[1]], operands[sizes[0] + sizes[1] + sizes[2]]
-    else:  # semaphore, source?, target
-        sem, target = operands[0], operands[sizes[0] + sizes[1]]
-    dst = _ref_key(target)
-    if isinstance(dst, tuple):  # the buffer and its leading index (the slot), not where in it
-        dst = (dst[0], dst[1][:1])
-    return _ref_key(sem), dst
 
 
 def _body_ir(func_op) -> Body:
@@ -674,17 +671,20 @@ def _body_ir(func_op) -> Body:
         together, they wait out one latency), a loop that only issues copies included: its
         group counts once where the loop is, not once per trip. Copies waited for (the same
         semaphore and target slot: ``_copy_key``) after too little work since they started to
-        hide them (by the rough estimate) are counted apart, as waited for in line. ``copies``: whether the region issues
-        copies, whether it does nothing else (no vector work, no waits), the keys of the copies
-        it issues and waits for, and whether it computes (nested regions included)."""
+        hide them (by the rough estimate) are counted apart, as waited for in line.
+        ``copies``: whether the region issues copies, whether it does nothing else (no vector
+        work, no waits), the keys of the copies it issues and waits for, and whether it
+        computes (nested regions included)."""
         blocks = list(reg.blocks)
         if not blocks:
             return None, [], _NO_WORK, 0, 0.0, (False, True, frozenset(), frozenset(), False)
         blk = blocks[0]
-        entries, work, size, estimate, work_groups = [], [0.0] * len(_NO_WORK), 0, 0.0, []
+        entries, work, size, estimate = [], [0.0] * len(_NO_WORK), 0, 0.0
         issuing, issues, quiet, computes = False, False, True, False
         issued, waited = set(), set()  # copy keys (``_copy_key``) issued and waited for, nested included
-        pending: list = []  # copies not yet waited for: [entry, keys, bytes, bundles since started]
+        # Copies not yet waited for: [entry, keys, bytes copied, bytes and group in this region's
+        # own work (a copy loop's bytes are in its body's), bundles since started].
+        pending: list = []
         for o in blk.operations:
             o = o.operation
             name = _short(o)
@@ -707,23 +707,22 @@ def _body_ir(func_op) -> Body:
                 issues = True
                 w = (w[:4] + (0.0 if issuing else 1.0,) + w[5:])
                 issuing = True
-                copied = w[3] if name == "tpu.enqueue_dma" else sum(sub[2][3] for sub in subs)
-                pending.append([len(entries), {key} if name == "tpu.enqueue_dma" else inner_keys, copied, 0.0])
+                if name == "tpu.enqueue_dma":
+                    pending.append([len(entries), {key}, w[3], (w[3], w[4]), 0.0])
+                else:
+                    pending.append([len(entries), inner_keys, sum(sub[2][3] for sub in subs), (0.0, w[4]), 0.0])
             elif name in _WAITS or (inner_waits and not any(sub[5][4] for sub in subs)):
                 issuing = quiet = False
                 hit = {key} if name in _WAITS else inner_waits
-                for i, keys, copied, between in [p for p in pending if p[1] & hit]:
+                for i, _, copied, (own_bytes, group), between in [p for p in pending if p[1] & hit]:
                     if between >= _COPY_LATENCY_BUNDLES + copied * _BUNDLES_PER_COPY_BYTE:
                         continue  # the work since it started can hide it
                     # Waited for with too little work since it started to hide it: in line.
-                    e_o, e_name, e_subs = entries[i]
-                    own = _op_work(e_o, e_name) if e_name == "tpu.enqueue_dma" else _NO_WORK
-                    group = work_groups[i]
-                    work[3] -= own[3]
-                    work[5] += own[3]
+                    work[3] -= own_bytes
+                    work[5] += own_bytes
                     work[4] -= group
                     work[6] += group
-                    work_groups[i] = 0.0
+                    e_o, e_name, e_subs = entries[i]
                     entries[i] = (e_o, e_name, tuple(_waited(sub) for sub in e_subs))
                 pending = [p for p in pending if not p[1] & hit]
             elif name == "tpu.matmul" or vector(o) or not inner_quiet:
@@ -740,8 +739,7 @@ def _body_ir(func_op) -> Body:
                 estimate += _elements(moved.type) / _ELEMENTS_PER_BUNDLE if moved is not None else 0.0
             estimate += sum(sub[4] for sub in subs)
             for p in pending[:-1] if name == "tpu.enqueue_dma" or copy_loop else pending:
-                p[3] += estimate - before
-            work_groups.append(w[4] if name == "tpu.enqueue_dma" or copy_loop else 0.0)
+                p[4] += estimate - before
             entries.append((o, name, subs))
         return blk, entries, tuple(work), size, estimate, (issues, quiet, frozenset(issued), frozenset(waited),
                                                            computes)
