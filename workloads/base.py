@@ -138,7 +138,10 @@ def schedule_matmul_vmem(s, k: int, dtype: str, bn: int | None = None) -> int:
     ``WHOLE_K_F32_TILES`` of temporaries, when it is 'none'."""
     bn = bn or s["block_n"]
     if s.get("accumulator") == "none":
+        # A prefetched x panel (``x_panel``) has two slots whatever the pipeline's buffers.
+        x_slots = 2 - s["buffers"] if s.get("x_panel", "pipelined") == "prefetched" else 0
         return (matmul_vmem_bytes(s["block_m"], k, bn, s["buffers"], dtype, accumulator=False)
+                + x_slots * tile_bytes((s["block_m"], k), dtype)
                 + WHOLE_K_F32_TILES * tile_bytes((s["block_m"], bn), "float32"))
     return matmul_vmem_bytes(s["block_m"], s["block_k"], bn, s["buffers"], dtype)
 

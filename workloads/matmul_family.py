@@ -44,6 +44,11 @@ from .base import (
 FOLD = Knob("fold", ("none", "weights"), "none",
             "'weights': the row sum after the matmul computed as x @ (w summed over its output columns): "
             "N times fewer FLOPs, exact up to rounding")
+# How x's row panel reaches VMEM, where column tiles share it (templates' ``x_input``).
+X_PANEL = Knob("x_panel", ("pipelined", "prefetched"), "pipelined",
+               "'pipelined': the Pallas pipeline fetches a new (block_m, K) panel of x during the one step "
+               "before it is used; 'prefetched': copied by hand a chunk per column step during the panel "
+               "before, so the panel change waits for nothing (all of K in one step; the grid runs in order)")
 BLOCKS_M = (128, 256, 512, 1024, 2048)
 BLOCKS_K = (256, 512, 1024, 2048)
 BLOCKS_N = (256, 512, 1024, 2048)
@@ -161,6 +166,9 @@ class MatmulWorkload(kb.KernelBenchWorkload):
                 dims["block_n"] = (self.n_key, n)
             if group and "block_n" in s and bn % group:
                 return f"block_n={bn} splits the groups of {group} columns"
+            if s.get("x_panel", "pipelined") != "pipelined":
+                if s.get("accumulator") != "none" or s.get("fold", "none") != "none":
+                    return "x_panel=prefetched needs all of K in one step (accumulator=none) and no fold"
             # The epilogue's f32 temporaries: about three tiles (e.g. softmax's exp and sum).
             need = schedule_matmul_vmem(s, k, dt, bn) + 3 * tile_bytes((s["block_m"], bn), "float32")
             return indivisible(dims, s) or over_vmem(need, VMEM_LIMIT)
@@ -175,4 +183,6 @@ class MatmulWorkload(kb.KernelBenchWorkload):
                               "reduction across tiles"))
         knobs += [Knob("buffers", (1, 2), 2, "pipeline buffers for the x and w blocks"), ACCUMULATOR,
                   *self.extra_knobs]
+        if not self.whole_rows or self.online_rows:  # column tiles share x's row panel
+            knobs.append(X_PANEL)
         return ScheduleSpace(knobs, check)

@@ -95,6 +95,58 @@ def accumulator(bm, bn, single_k):
     return [] if single_k else [pltpu.VMEM((bm, bn), jnp.float32)]
 
 
+def x_panel_copy(x_hbm, x_buf, sem, panel, chunk, chunks):
+    """The copy of chunk ``chunk`` (of ``chunks``) of x's row panel ``panel`` into its slot of
+    ``x_buf`` (2, bm, K)."""
+    bm = x_buf.shape[1]
+    rows, slot = bm // chunks, panel % 2
+    return pltpu.make_async_copy(x_hbm.at[pl.ds(panel * bm + chunk * rows, rows)],
+                                 x_buf.at[slot, pl.ds(chunk * rows, rows)], sem.at[slot])
+
+
+def x_ahead_kernel(x_hbm, *refs, kernel, chunks):
+    """``kernel`` with x's (bm, K) row panel copied by hand a panel ahead: during the steps of
+    panel i, chunk j of panel i + 1 starts at column step j, so the panel change waits for
+    nothing (the pipeline fetches a new panel during the one step before it). The first
+    panel has nothing to hide behind and is waited for at once, as the pipeline's first
+    blocks are. Needs the grid to run in order (no parallel axes) and all of K in one step."""
+    *refs, x_buf, sem = refs
+    i, j = pl.program_id(0), pl.program_id(1)
+
+    @pl.when((i == 0) & (j == 0))
+    def _first_panel():
+        first = pltpu.make_async_copy(x_hbm.at[pl.ds(0, x_buf.shape[1])], x_buf.at[0], sem.at[0])
+        first.start()
+        first.wait()
+
+    @pl.when((i > 0) & (j == 0))
+    def _panel_arrived():
+        @pl.loop(0, chunks)
+        def _(c):
+            x_panel_copy(x_hbm, x_buf, sem, i, c, chunks).wait()
+
+    @pl.when((i + 1 < pl.num_programs(0)) & (j < chunks))
+    def _next_panel():
+        x_panel_copy(x_hbm, x_buf, sem, i + 1, j, chunks).start()
+
+    kernel(x_buf.at[i % 2], *refs)
+
+
+def x_input(kernel, x, bm, bk, n_tiles, pipeline, x_panel, semantics):
+    """(kernel, x's BlockSpec, extra scratch, dimension semantics) for x read in (bm, bk)
+    blocks by the pipeline (``x_panel`` 'pipelined'), or in (bm, K) panels a panel ahead by
+    ``x_ahead_kernel`` ('prefetched', all of K in one step: bk = K)."""
+    if x_panel == "pipelined":
+        return kernel, pl.BlockSpec((bm, bk), lambda i, j, k: (i, k), **pipeline), [], semantics
+    assert x_panel == "prefetched" and bk == x.shape[1], "a prefetched x panel needs all of K in one step"
+    chunks = n_tiles  # one chunk per column step, each at least 16 rows (a bf16 sublane tile)
+    while chunks > 1 and (bm % chunks or bm // chunks % 16):
+        chunks -= 1
+    scratch = [pltpu.VMEM((2, bm, bk), x.dtype), pltpu.SemaphoreType.DMA((2,))]
+    return (functools.partial(x_ahead_kernel, kernel=kernel, chunks=chunks), pl.BlockSpec(memory_space=pl.ANY),
+            scratch, ("arbitrary",) * len(semantics))
+
+
 def _operand_spec(shape, bm, bn):
     """Operands are per-column vectors (1, N), full tiles (M, N) or scalars (1, 1)."""
     if shape[0] == 1:
@@ -103,14 +155,14 @@ def _operand_spec(shape, bm, bn):
 
 
 @functools.partial(jax.jit, static_argnames=("epilogue", "transpose_w", "out_cols", "reduction", "bm", "bk",
-                                             "bn", "buffers"))
+                                             "bn", "buffers", "x_panel"))
 def fused_matmul(x, w, operands=(), *, epilogue, transpose_w=False, out_cols=None, reduction=None, bm, bk,
-                 bn=None, buffers=2):
+                 bn=None, buffers=2, x_panel="pipelined"):
     """epilogue(x @ w) over (bm, bn) tiles. ``out_cols`` set: the epilogue reduces whole
     rows to ``out_cols`` columns (needs bn = N), unless a ``reduction`` says how: then the
     epilogue maps each (bm, bn) tile to per-row carries and ``reduction`` is
     (combine, finish, number of carries), see ``row_reduce_kernel``. ``bk`` None: the
-    whole contraction in one grid step, with no accumulator."""
+    whole contraction in one grid step, with no accumulator. ``x_panel``: see ``x_input``."""
     m, kdim = x.shape
     n = w.shape[0] if transpose_w else w.shape[1]
     # bk None (the accumulator knob, never the sizes, decides): all of K in one step.
@@ -119,9 +171,10 @@ def fused_matmul(x, w, operands=(), *, epilogue, transpose_w=False, out_cols=Non
         combine, finish, n_carries = reduction
         if bn == n:  # one tile per row: its carries are the row's
             return fused_matmul(x, w, operands, epilogue=lambda *a: finish(epilogue(*a)), transpose_w=transpose_w,
-                                out_cols=out_cols, bm=bm, bk=None if single_k else bk, bn=bn, buffers=buffers)
+                                out_cols=out_cols, bm=bm, bk=None if single_k else bk, bn=bn, buffers=buffers,
+                                x_panel=x_panel)
         return _row_reduce(x, w, operands, epilogue, combine, finish, n_carries, transpose_w, out_cols, bm, bk, bn,
-                           buffers, single_k)
+                           buffers, single_k, x_panel=x_panel)
     pipeline = {} if buffers == 2 else {"pipeline_mode": pl.Buffered(buffers)}
     if transpose_w:
         w_spec = pl.BlockSpec((bn, bk), lambda i, j, k: (j, k), **pipeline)
@@ -132,18 +185,18 @@ def fused_matmul(x, w, operands=(), *, epilogue, transpose_w=False, out_cols=Non
     else:
         assert bn == n, "a row-reducing epilogue needs whole rows"
         out_spec, out_shape = pl.BlockSpec((bm, out_cols), lambda i, j, k: (i, 0)), (m, out_cols)
-    kernel = functools.partial(fused_matmul_kernel, epilogue=epilogue, transpose_w=transpose_w,
-                               n_operands=len(operands), single_k=single_k)
+    kernel, x_spec, x_scratch, semantics = x_input(
+        functools.partial(fused_matmul_kernel, epilogue=epilogue, transpose_w=transpose_w,
+                          n_operands=len(operands), single_k=single_k),
+        x, bm, bk, n // bn, pipeline, x_panel, ("parallel", "parallel", "arbitrary"))
     return pl.pallas_call(
         kernel,
         grid=(m // bm, n // bn, kdim // bk),
-        in_specs=[pl.BlockSpec((bm, bk), lambda i, j, k: (i, k), **pipeline), w_spec,
-                  *(_operand_spec(a.shape, bm, bn) for a in operands)],
+        in_specs=[x_spec, w_spec, *(_operand_spec(a.shape, bm, bn) for a in operands)],
         out_specs=out_spec,
         out_shape=jax.ShapeDtypeStruct(out_shape, x.dtype),
-        scratch_shapes=accumulator(bm, bn, single_k),
-        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary"),
-                                             vmem_limit_bytes=VMEM_LIMIT),
+        scratch_shapes=[*accumulator(bm, bn, single_k), *x_scratch],
+        compiler_params=pltpu.CompilerParams(dimension_semantics=semantics, vmem_limit_bytes=VMEM_LIMIT),
     )(x, w, *operands)
 
 
@@ -170,11 +223,13 @@ def row_dot_kernel(x_ref, v_ref, *refs, epilogue, n_operands):
         o_ref[...] = epilogue(acc_ref[...], *(r[...] for r in operand_refs)).astype(o_ref.dtype)
 
 
-@functools.partial(jax.jit, static_argnames=("epilogue", "transpose_w", "bm", "bk", "bn", "buffers"))
-def folded_matmul(x, w, operands=(), *, epilogue, transpose_w=False, bm, bk, bn=None, buffers=2):
+@functools.partial(jax.jit, static_argnames=("epilogue", "transpose_w", "bm", "bk", "bn", "buffers", "x_panel"))
+def folded_matmul(x, w, operands=(), *, epilogue, transpose_w=False, bm, bk, bn=None, buffers=2, x_panel="pipelined"):
     """epilogue(row sums of x @ w), computed as x @ (w summed over its N output columns):
     the reduction folded into the weights, N times fewer FLOPs, exact up to rounding. Two
-    kernels: the weight sums (1, K) in f32, then each row of x dotted with them."""
+    kernels: the weight sums (1, K) in f32, then each row of x dotted with them. Each block
+    of x is read once, so there is no panel to prefetch (``x_panel`` 'pipelined' only)."""
+    assert x_panel == "pipelined", "the folded kernel has no x panel to prefetch"
     m, kdim = x.shape
     n = w.shape[0] if transpose_w else w.shape[1]
     bk = bk or kdim
@@ -207,15 +262,16 @@ def folded_matmul(x, w, operands=(), *, epilogue, transpose_w=False, bm, bk, bn=
 
 
 def _row_reduce(x, w, operands, epilogue, combine, finish, n_carries, transpose_w, out_cols, bm, bk, bn, buffers,
-                single_k, keep=None):
+                single_k, keep=None, x_panel="pipelined"):
     m, kdim = x.shape
     n = w.shape[0] if transpose_w else w.shape[1]
     pipeline = {} if buffers == 2 else {"pipeline_mode": pl.Buffered(buffers)}
     w_spec = (pl.BlockSpec((bn, bk), lambda i, j, k: (j, k), **pipeline) if transpose_w
               else pl.BlockSpec((bk, bn), lambda i, j, k: (k, j), **pipeline))
-    kernel = functools.partial(row_reduce_kernel, epilogue=epilogue, combine=combine, finish=finish,
-                               transpose_w=transpose_w, n_operands=len(operands), single_k=single_k,
-                               keep=keep)
+    kernel, x_spec, x_scratch, semantics = x_input(
+        functools.partial(row_reduce_kernel, epilogue=epilogue, combine=combine, finish=finish,
+                          transpose_w=transpose_w, n_operands=len(operands), single_k=single_k, keep=keep),
+        x, bm, bk, n // bn, pipeline, x_panel, ("parallel", "arbitrary", "arbitrary"))
     if keep is not None:  # the kept tiles, and the carries so far at each tile (N tiles, carries, M, 1) in f32
         out_specs = [pl.BlockSpec((bm, bn), lambda i, j, k: (i, j)),
                      pl.BlockSpec((1, n_carries, bm, 1), lambda i, j, k: (j, 0, i, 0))]
@@ -227,13 +283,11 @@ def _row_reduce(x, w, operands, epilogue, combine, finish, n_carries, transpose_
     return pl.pallas_call(
         kernel,
         grid=(m // bm, n // bn, kdim // bk),
-        in_specs=[pl.BlockSpec((bm, bk), lambda i, j, k: (i, k), **pipeline), w_spec,
-                  *(_operand_spec(a.shape, bm, bn) for a in operands)],
+        in_specs=[x_spec, w_spec, *(_operand_spec(a.shape, bm, bn) for a in operands)],
         out_specs=out_specs,
         out_shape=out_shape,
-        scratch_shapes=[pltpu.VMEM((n_carries, bm, 128), jnp.float32), *accumulator(bm, bn, single_k)],
-        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary", "arbitrary"),
-                                             vmem_limit_bytes=VMEM_LIMIT),
+        scratch_shapes=[pltpu.VMEM((n_carries, bm, 128), jnp.float32), *accumulator(bm, bn, single_k), *x_scratch],
+        compiler_params=pltpu.CompilerParams(dimension_semantics=semantics, vmem_limit_bytes=VMEM_LIMIT),
     )(x, w, *operands)
 
 
@@ -252,8 +306,10 @@ class RowMap(NamedTuple):
     apply: Callable
 
 
-@functools.partial(jax.jit, static_argnames=("epilogue", "row_map", "transpose_w", "bm", "bk", "bn", "buffers"))
-def row_mapped_matmul(x, w, operands=(), *, epilogue, row_map, transpose_w=False, bm, bk, bn=None, buffers=2):
+@functools.partial(jax.jit, static_argnames=("epilogue", "row_map", "transpose_w", "bm", "bk", "bn", "buffers",
+                                             "x_panel"))
+def row_mapped_matmul(x, w, operands=(), *, epilogue, row_map, transpose_w=False, bm, bk, bn=None, buffers=2,
+                      x_panel="pipelined"):
     """row_map over the rows of v = epilogue(x @ w). Whole rows (bn None or N): one kernel
     does it all at each row block's last step. Narrower column tiles: two passes. The kernel
     carries the row's reduction across its tiles and writes each tile as ``row_map.keep``
@@ -264,7 +320,7 @@ def row_mapped_matmul(x, w, operands=(), *, epilogue, row_map, transpose_w=False
 
     if bn is None or bn == n:
         return fused_matmul(x, w, operands, epilogue=lambda *a: row_map.rows(epilogue(*a)),
-                            transpose_w=transpose_w, bm=bm, bk=bk, bn=bn, buffers=buffers)
+                            transpose_w=transpose_w, bm=bm, bk=bk, bn=bn, buffers=buffers, x_panel=x_panel)
 
     def tile_and_carries(*a):
         v = epilogue(*a)
@@ -272,7 +328,8 @@ def row_mapped_matmul(x, w, operands=(), *, epilogue, row_map, transpose_w=False
 
     n_carries = len(jax.eval_shape(row_map.carries, jax.ShapeDtypeStruct((8, 128), jnp.float32)))
     kept, so_far = _row_reduce(x, w, operands, tile_and_carries, row_map.combine, None, n_carries, transpose_w,
-                               None, bm, bk or x.shape[1], bn, buffers, bk is None, keep=row_map.keep)
+                               None, bm, bk or x.shape[1], bn, buffers, bk is None, keep=row_map.keep,
+                               x_panel=x_panel)
     tiles = n // bn
 
     def carries_spec(tile):  # row block i's carries so far at column tile tile(t)
@@ -325,7 +382,8 @@ def tiling():
     """The schedule's tiling arguments for fused_matmul."""
     s = SCHEDULE
     whole_k = s.get("accumulator") == "none"
-    return dict(bm=s["block_m"], bk=None if whole_k else s["block_k"], bn=s.get("block_n"), buffers=s["buffers"])
+    return dict(bm=s["block_m"], bk=None if whole_k else s["block_k"], bn=s.get("block_n"), buffers=s["buffers"],
+                x_panel=s.get("x_panel", "pipelined"))
 
 
 def row(v):
