@@ -7,7 +7,7 @@ A schedule is a plain dict ``{knob name: value}``. The space maps it to and from
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 from gymnasium import spaces
@@ -33,12 +33,20 @@ class ScheduleSpace:
     ``check(schedule)`` returns None for a schedule worth evaluating, or a readable
     reason why it cannot work (a block that does not divide the shape, a VMEM budget
     exceeded). It only rules out what is certain; the real compiler has the last word.
+    ``inert(schedule)`` names the knobs that schedule leaves unused (block_k with all of K
+    in one step): changing them builds the same program, so a search need not try it.
     """
 
-    def __init__(self, knobs: Sequence[Knob], check: Callable[[Mapping[str, Any]], str | None] | None = None):
+    def __init__(self, knobs: Sequence[Knob], check: Callable[[Mapping[str, Any]], str | None] | None = None,
+                 inert: Callable[[Mapping[str, Any]], Iterable[str]] | None = None):
         self.knobs = tuple(knobs)
         self._check = check
+        self._inert = inert
         self.nvec = np.array([len(k.values) for k in self.knobs], dtype=np.int64)
+
+    def inert(self, schedule: Mapping[str, Any]) -> frozenset:
+        """The knobs ``schedule`` leaves unused."""
+        return frozenset(self._inert(schedule)) if self._inert else frozenset()
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -23,10 +23,14 @@ def local_moves(space, schedule: Mapping[str, Any]) -> Iterator[dict]:
     +-2, and so on. A move the mask rejects is repaired where it can be: with one other
     knob at its nearest value that makes it legal (every such repair at the least distance).
     A structural move (all of K in one step, say) often needs smaller blocks to fit VMEM:
-    without repairs, a search that moves one knob at a time never reaches it."""
+    without repairs, a search that moves one knob at a time never reaches it. Knobs the
+    schedule leaves unused (``space.inert``) are not moved: the program would be the same."""
     current = space.encode(schedule)
+    inert = space.inert(schedule)
     for dist in range(1, int(space.nvec.max(initial=1))):
         for i, knob in enumerate(space.knobs):
+            if knob.name in inert:
+                continue
             for j in (current[i] - dist, current[i] + dist):
                 if 0 <= j < len(knob.values):
                     cand = {**schedule, knob.name: knob.values[j]}

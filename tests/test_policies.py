@@ -126,3 +126,18 @@ def test_local_moves_repair_a_move_the_mask_rejects():
     assert {**tall, "accumulator": "none", "block_n": 256} in moves
     assert all(sum(m[k] != tall[k] for k in tall) in (1, 2) for m in moves)
     assert len({tuple(sorted(m.items())) for m in moves}) == len(moves)
+
+
+def test_local_moves_leave_knobs_the_schedule_does_not_use():
+    """With all of K in one step block_k builds the same program: a greedy search that moved
+    it spent three of its evaluations on one kernel (42k, 2026-12-06) and ran out before the
+    x_panel move. Moves elsewhere, and back to an accumulator, still come."""
+    import workloads
+
+    space = workloads.get("gemm_max_subtract_gelu").schedule_space()
+    whole_k = {**space.default(), "block_m": 2048, "block_n": 256, "accumulator": "none"}
+    assert space.inert(whole_k) == {"block_k"} and space.inert({**whole_k, "accumulator": "vmem"}) == set()
+    moves = list(local_moves(space, whole_k))
+    assert moves and all(m["block_k"] == whole_k["block_k"] for m in moves if m["accumulator"] == "none")
+    assert {**whole_k, "x_panel": "prefetched"} in moves[:8]
+    assert any(m["accumulator"] == "vmem" for m in moves)

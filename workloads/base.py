@@ -119,6 +119,12 @@ ACCUMULATOR = Knob("accumulator", ("vmem", "none"), "vmem",
                    "in one grid step (block_k unused), its dot written straight to the output")
 
 
+def accumulator_inert(s) -> set:
+    """The knobs a tiled matmul's schedule leaves unused (``ScheduleSpace.inert``): block_k
+    when all of K is one step."""
+    return {"block_k"} if s.get("accumulator") == "none" else set()
+
+
 def matmul_vmem_bytes(bm: int, bk: int, bn: int, buffers: int, dtype: str, accumulator: bool = True) -> int:
     """A tiled matmul's VMEM: pipelined lhs/rhs blocks, the double-buffered output block
     and its f32 accumulator (none when the whole contraction is one block)."""

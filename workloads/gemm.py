@@ -17,6 +17,7 @@ import jax.numpy as jnp
 
 from .base import (
     ACCUMULATOR,
+    accumulator_inert,
     WEIGHT_STRUCTURE,
     Knob,
     ScheduleSpace,
@@ -75,4 +76,5 @@ class Gemm(Workload):
                 ACCUMULATOR,
             ],
             check,
+            accumulator_inert,
         )

@@ -32,6 +32,7 @@ import jax
 from . import kernelbench as kb
 from .base import (
     ACCUMULATOR,
+    accumulator_inert,
     Knob,
     ScheduleSpace,
     indivisible,
@@ -185,4 +186,4 @@ class MatmulWorkload(kb.KernelBenchWorkload):
                   *self.extra_knobs]
         if not self.whole_rows or self.online_rows:  # column tiles share x's row panel
             knobs.append(X_PANEL)
-        return ScheduleSpace(knobs, check)
+        return ScheduleSpace(knobs, check, accumulator_inert)

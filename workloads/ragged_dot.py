@@ -24,6 +24,7 @@ import jax.numpy as jnp
 
 from .base import (
     ACCUMULATOR,
+    accumulator_inert,
     WEIGHT_STRUCTURE,
     Knob,
     ScheduleSpace,
@@ -97,4 +98,5 @@ class RaggedDot(Workload):
                 ACCUMULATOR,
             ],
             check,
+            accumulator_inert,
         )
