@@ -21,13 +21,15 @@ def local_moves(space, schedule: Mapping[str, Any]) -> Iterator[dict]:
     """Schedules one knob away from ``schedule`` that ``space.check`` allows (the env's
     action mask at ``schedule``), nearest values first: every knob's +-1 index moves, then
     +-2, and so on. A move the mask rejects is repaired where it can be: with one other
-    knob at its nearest value that makes it legal (every such repair at the least distance).
-    A structural move (all of K in one step, say) often needs smaller blocks to fit VMEM:
-    without repairs, a search that moves one knob at a time never reaches it. Knobs the
-    schedule leaves unused (``space.inert``) are not moved: the program would be the same."""
+    knob at its nearest value that makes it legal (every such repair at the least distance),
+    after the legal moves of its distance. A structural move (all of K in one step, say)
+    often needs smaller blocks to fit VMEM: without repairs, a search that moves one knob at
+    a time never reaches it. Knobs the schedule leaves unused (``space.inert``) are not
+    moved: the program would be the same."""
     current = space.encode(schedule)
     inert = space.inert(schedule)
     for dist in range(1, int(space.nvec.max(initial=1))):
+        rejected = []
         for i, knob in enumerate(space.knobs):
             if knob.name in inert:
                 continue
@@ -37,7 +39,9 @@ def local_moves(space, schedule: Mapping[str, Any]) -> Iterator[dict]:
                     if space.check(cand) is None:
                         yield cand
                     else:
-                        yield from _repairs(space, cand, current, moved=i)
+                        rejected.append((cand, i))
+        for cand, i in rejected:
+            yield from _repairs(space, cand, current, moved=i)
 
 
 def _repairs(space, cand: dict, current, moved: int) -> list[dict]:
