@@ -167,9 +167,8 @@ class MatmulWorkload(kb.KernelBenchWorkload):
                 dims["block_n"] = (self.n_key, n)
             if group and "block_n" in s and bn % group:
                 return f"block_n={bn} splits the groups of {group} columns"
-            if s.get("x_panel", "pipelined") != "pipelined":
-                if s.get("accumulator") != "none" or s.get("fold", "none") != "none":
-                    return "x_panel=prefetched needs all of K in one step (accumulator=none) and no fold"
+            if s.get("x_panel", "pipelined") != "pipelined" and s.get("accumulator") != "none":
+                return "x_panel=prefetched needs all of K in one step (accumulator=none)"
             # The epilogue's f32 temporaries: about three tiles (e.g. softmax's exp and sum).
             need = schedule_matmul_vmem(s, k, dt, bn) + 3 * tile_bytes((s["block_m"], bn), "float32")
             return indivisible(dims, s) or over_vmem(need, VMEM_LIMIT)
