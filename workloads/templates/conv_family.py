@@ -240,11 +240,17 @@ def conv_nd(x, wm, ksize, params, epilogue, *, block_s, block_k, buffers, patche
     return y[(slice(None), slice(None)) + tuple(slice(0, o) for o in out)]
 
 
-def conv2d_hwnc_kernel(w_ref, x_ref, halo_ref, *refs, epilogue, n_params):
+def conv2d_hwnc_kernel(w_ref, x_ref, halo_ref, *refs, epilogue, n_params, stats):
     params = [r[...] for r in refs[:n_params]]
     o_ref = refs[n_params]
-    rows, wo, groups, nb, cout = o_ref.shape
-    k, cin = w_ref.shape[0], x_ref.shape[-1]
+    rows, wo, _, cout = o_ref.shape
+    k, (groups, nb, cin) = w_ref.shape[0], x_ref.shape[2:]
+    if stats:
+        stats_ref = refs[n_params + 1]
+
+        @pl.when(pl.program_id(0) == 0)
+        def _init():
+            stats_ref[...] = jnp.zeros_like(stats_ref)
 
     def samples(g):
         def window(row, dj):
@@ -252,46 +258,59 @@ def conv2d_hwnc_kernel(w_ref, x_ref, halo_ref, *refs, epilogue, n_params):
             ref, r = (x_ref, row) if row < rows else (halo_ref, row - rows)
             return ref[r, pl.ds(dj, wo), g].reshape(wo * nb, cin)
 
+        samples_g = pl.ds(pl.multiple_of(g * nb, nb), nb)
         for r in range(rows):
             acc = None
             for di in range(k):
                 slab = jnp.concatenate([window(r + di, dj) for dj in range(k)], axis=-1)
                 part = jnp.dot(slab, w_ref[di], preferred_element_type=jnp.float32)
                 acc = part if acc is None else acc + part
-            o_ref[r, :, g] = epilogue(acc, None, *params).reshape(wo, nb, cout).astype(o_ref.dtype)
+            y = epilogue(acc, None, *params).reshape(wo, nb, cout)
+            o_ref[r, :, samples_g] = y.astype(o_ref.dtype)
+            if stats:  # per sample and channel, from the f32 values: sum and sum of squares
+                stats_ref[0, samples_g] += jnp.sum(y, axis=0)
+                stats_ref[1, samples_g] += jnp.sum(y * y, axis=0)
         return g + 1
 
     # A while loop, not fori_loop: one group (small check sizes) must lower as several do.
     jax.lax.while_loop(lambda g: g < groups, samples, jnp.int32(0))
 
 
-@functools.partial(jax.jit, static_argnames=("epilogue", "block_h", "block_n", "channels_first"))
-def conv2d_hwnc(x, w, params, epilogue, *, block_h, block_n, channels_first=True):
+@functools.partial(jax.jit, static_argnames=("epilogue", "block_h", "block_n", "channels_first", "stats"))
+def conv2d_hwnc(x, w, params, epilogue, *, block_h, block_n, channels_first=True, stats=False):
     """Stride-1 VALID 2-D conv of x (N, Cin, H, W) with w (Cout, Cin, K, K), ``epilogue``
     applied to each (Wo*nb, Cout) f32 row tile with ``params`` as (1, Cout) rows; returns
     (N, Cout, Ho, Wo), or (Ho, Wo, N, Cout) for glue that goes on in that layout. A grid step
     takes block_h output rows of every sample and loops over the samples nb = min(block_n, N)
-    at a time; block_h must divide Ho and be a multiple of K-1."""
+    at a time; block_h must divide Ho and be a multiple of K-1. With ``stats``, also the f32
+    (2, N, Cout) sums over the positions of the epilogue's values and of their squares, so
+    glue normalising by them (instance, batch norm) reads the output once and not the conv."""
     n, cin, h, wd = x.shape
     cout, _, k, _ = w.shape
     ho, wo, halo, nb = h - k + 1, wd - k + 1, k - 1, min(block_n, n)
-    # The samples as (groups, nb): the kernel indexes a group and never multiplies by nb, so
-    # the program is the same at every size (a bitcast when nb fills the sublane tiles).
+    # The input's samples as (groups, nb), a bitcast when nb fills the sublane tiles. The output
+    # stays 4-D: XLA does not fuse an elementwise consumer across a bitcast that splits N.
     xt = jnp.transpose(x, (2, 3, 0, 1)).reshape(h, wd, n // nb, nb, cin)
     wt = jnp.transpose(w, (2, 3, 1, 0)).reshape(k, k * cin, cout)  # per kernel row: (dj, cin) x cout
-    out = pl.pallas_call(
-        functools.partial(conv2d_hwnc_kernel, epilogue=epilogue, n_params=len(params)),
+    out_specs = [pl.BlockSpec((block_h, wo, n, cout), lambda i: (i, 0, 0, 0))]
+    out_shape = [jax.ShapeDtypeStruct((ho, wo, n, cout), x.dtype)]
+    if stats:  # one block, resident over the grid, which must then run in order
+        out_specs.append(pl.BlockSpec((2, n, cout), lambda i: (0, 0, 0)))
+        out_shape.append(jax.ShapeDtypeStruct((2, n, cout), jnp.float32))
+    outs = pl.pallas_call(
+        functools.partial(conv2d_hwnc_kernel, epilogue=epilogue, n_params=len(params), stats=stats),
         grid=(ho // block_h,),
         in_specs=[pl.BlockSpec(wt.shape, lambda i: (0, 0, 0)),
                   pl.BlockSpec((block_h, *xt.shape[1:]), lambda i: (i, 0, 0, 0, 0)),
                   pl.BlockSpec((halo, *xt.shape[1:]), lambda i: ((i + 1) * block_h // halo, 0, 0, 0, 0))]
                  + [pl.BlockSpec(p.shape, lambda i: (0, 0)) for p in params],
-        out_specs=pl.BlockSpec((block_h, wo, n // nb, nb, cout), lambda i: (i, 0, 0, 0, 0)),
-        out_shape=jax.ShapeDtypeStruct((ho, wo, n // nb, nb, cout), x.dtype),
-        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",), vmem_limit_bytes=VMEM_LIMIT),
+        out_specs=out_specs,
+        out_shape=out_shape,
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("arbitrary" if stats else "parallel",),
+                                             vmem_limit_bytes=VMEM_LIMIT),
     )(wt, xt, xt, *params)
-    out = out.reshape(ho, wo, n, cout)
-    return jnp.transpose(out, (2, 3, 0, 1)) if channels_first else out
+    out = jnp.transpose(outs[0], (2, 3, 0, 1)) if channels_first else outs[0]
+    return (out, outs[1]) if stats else out
 
 
 def row(v):
