@@ -302,6 +302,24 @@ def test_stacked_taps_at_three_channels_compile_and_beat_one_dot_per_tap():
     assert times["vmem_im2col"] < 0.8 * times["vmem"], times
 
 
+@pytest.mark.slow
+def test_two_columns_per_matmul_row_halve_the_hwnc_kernels_compute():
+    """pack_w=2 lays two columns' 64 channels side by side in 128 lanes: one dot 256 deep and
+    256 wide makes two output columns, where pack_w=1 makes one with a dot 192 deep and 128
+    wide (half the MXU's columns). Full size, 18k."""
+    W = CLASSES["18k"]()
+    space = W.schedule_space()
+    compute = {}
+    for pack in (1, 2):
+        schedule = {**space.default(), "layout": "hwnc", "pack_w": pack}
+        assert space.check(schedule) is None
+        result = judged_time_only(W, W.template_source(), schedule)
+        assert result["compiled"], result.get("error")
+        (kernel,) = result["details"]["sim"]["kernels"]
+        compute[pack] = kernel["compute_s"]
+    assert compute[2] < 0.6 * compute[1], compute
+
+
 SCHEDULES = [
     ("18k", {"block_s": 256, "block_k": 128, "buffers": 1, "patches": "hbm"}),
     ("22k", {"block_k": 128, "buffers": 1, "patches": "hbm"}),
@@ -319,6 +337,8 @@ SCHEDULES = [
     ("18k", {"layout": "hwnc", "block_n": 16}),
     ("34k", {"layout": "hwnc", "block_h": 6}),  # the batch norm from the kernel's sums
     ("22k", {"layout": "hwnc"}),  # the instance norm from the kernel's per-image sums
+    ("18k", {"layout": "hwnc", "pack_w": 2}),  # two columns per matmul row
+    ("34k", {"layout": "hwnc", "pack_w": 2}),
 ]
 
 
@@ -327,6 +347,10 @@ def test_hwnc_layout_is_masked_where_its_blocks_do_not_fit():
     hwnc = {**space.default(), "layout": "hwnc"}
     assert space.check(hwnc) is None
     assert "VMEM" in space.check({**hwnc, "block_h": 6})  # 8 input and 6 output rows of 128 samples
+    assert space.check({**hwnc, "block_h": 6, "pack_w": 2}) is None  # 64 channels no longer pad the lanes
+    odd_w = CLASSES["18k"]({"height": 20, "width": 21})  # 19 output columns: not in pairs
+    assert "pack_w" in odd_w.schedule_space().check({**odd_w.schedule_space().default(), "layout": "hwnc",
+                                                     "pack_w": 2})
     odd = CLASSES["18k"]({"height": 21, "width": 21})  # 19 output rows: no block_h divides them
     assert "block_h" in odd.schedule_space().check({**odd.schedule_space().default(), "layout": "hwnc"})
     assert "layout" not in CLASSES["33k"]().schedule_space().names  # a 3-D conv

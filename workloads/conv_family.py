@@ -17,10 +17,12 @@ one standalone module. Knobs:
   ``block_k`` is then unused) or "vmem_im2col" (those slices stacked into one patch tile in
   VMEM and one dot: fewer, deeper MXU passes, most of all at few channels, 25k's 27 dots of
   depth 3 become one of depth 81; Mosaic stacks slices shorter than a sublane tile).
-* ``layout`` (2-D convs with an elementwise epilogue: 18k, 34k): "flat" (the above) or
+* ``layout`` (2-D convs whose epilogue is elementwise or a norm over the sums it can emit:
+  18k, 22k, 34k): "flat" (the above) or
   "hwnc" (``conv2d_hwnc``: the output in the TPU's device layout of the NCHW result, no
-  relayout copy; block_s, block_k and patches unused), with ``block_h`` output rows per grid step
-  and ``block_n`` samples per iteration of its loop.
+  relayout copy; block_s, block_k and patches unused), with ``block_h`` output rows per grid
+  step, ``block_n`` samples per iteration of its loop and ``pack_w`` adjacent columns per
+  matmul row.
 """
 
 from __future__ import annotations
@@ -162,9 +164,12 @@ class ConvWorkload(KernelBenchWorkload):
         dt, k = config["dtype"], config["kernel_size"]
         n, cin, cout, w = config["batch_size"], config["in_channels"], config["out_channels"], config["width"]
         nb, bh, wo = self.hwnc_samples(config, schedule), schedule["block_h"], w - k + 1
-        return 2 * (tile_bytes(((bh + k - 1) * w * n, cin), dt) + tile_bytes((k * k * cin, cout), dt)
-                    + tile_bytes((bh * wo * n, cout), dt)) \
-            + tile_bytes((wo * nb, k * cin), dt) + (1 + EPILOGUE_TEMPS) * tile_bytes((wo * nb, cout), "float32")
+        pack = schedule["pack_w"]
+        depth = -(-(pack + k - 1) // pack) * pack * cin  # the window's input columns x channels
+        return 2 * (tile_bytes(((bh + k - 1) * w // pack * n, pack * cin), dt)
+                    + tile_bytes((k * depth, pack * cout), dt) + tile_bytes((bh * wo * n, cout), dt)) \
+            + tile_bytes((wo // pack * nb, depth), dt) \
+            + (1 + EPILOGUE_TEMPS) * tile_bytes((wo // pack * nb, pack * cout), "float32")
 
     def hwnc_check(self, config, s) -> str | None:
         k, n = config["kernel_size"], config["batch_size"]
@@ -175,6 +180,9 @@ class ConvWorkload(KernelBenchWorkload):
                     f"kernel_size-1={k - 1} (the halo block)")
         if n % nb or (nb != n and nb % rows):
             return f"layout=hwnc: block_n={nb} must divide batch_size={n} and be a multiple of {rows} (or all of it)"
+        pack, w = s["pack_w"], config["width"]
+        if w % pack or (w - k + 1) % pack:
+            return f"layout=hwnc: pack_w={pack} must divide the input's {w} and the output's {w - k + 1} columns"
         return over_vmem(self.hwnc_vmem_bytes(config, s), VMEM_LIMIT)
 
     def _schedule_space(self, config):
@@ -209,6 +217,8 @@ class ConvWorkload(KernelBenchWorkload):
                 # Larger blocks unroll past what Mosaic compiles in minutes (6 rows x 64 samples did not in 300 s).
                 Knob("block_h", (2, 6), 2, "layout=hwnc: output rows (of every sample) per grid step"),
                 Knob("block_n", (16, 32), 32, "layout=hwnc: samples per iteration of the step's loop"),
+                Knob("pack_w", (1, 2), 1, "layout=hwnc: adjacent columns per matmul row (their channels side "
+                     "by side in the lanes: 64 channels fill 128 at 2; a deeper, wider dot)"),
             ]
         return ScheduleSpace(knobs, check)
 

@@ -69,7 +69,7 @@ class Conv2dReluBiasAdd(ConvWorkload):
     hwnc = True
     template_part = '''
 SCHEDULE = {"block_s": 2048, "block_k": 1024, "buffers": 2, "patches": "vmem", "layout": "flat", "block_h": 2,
-            "block_n": 32}
+            "block_n": 32, "pack_w": 1}
 
 
 def relu_bias_epilogue(acc, mask, conv_bias, bias):
@@ -80,7 +80,7 @@ def workload(x, w, conv_bias, bias):
     s = SCHEDULE
     if s["layout"] == "hwnc":
         return conv2d_hwnc(x, w, (row(conv_bias), row(bias)), relu_bias_epilogue, block_h=s["block_h"],
-                           block_n=s["block_n"])
+                           block_n=s["block_n"], pack=s["pack_w"])
     return conv_nd(x, tap_major(w), w.shape[2:], (column(conv_bias), column(bias)), relu_bias_epilogue, block_s=s["block_s"], block_k=s["block_k"], buffers=s["buffers"], patches=s["patches"])
 '''
 
@@ -129,7 +129,8 @@ class Conv2dInstanceNormDivide(ConvWorkload):
     whole_s = True
     hwnc = True
     template_part = '''
-SCHEDULE = {"block_k": 1024, "buffers": 2, "patches": "vmem", "layout": "flat", "block_h": 2, "block_n": 32}
+SCHEDULE = {"block_k": 1024, "buffers": 2, "patches": "vmem", "layout": "flat", "block_h": 2, "block_n": 32,
+            "pack_w": 1}
 
 
 def instance_norm_epilogue(acc, mask, conv_bias, in_weight, in_bias, *, eps, divide_by):
@@ -148,7 +149,7 @@ def workload(x, w, conv_bias, in_weight, in_bias):
     if s["layout"] == "hwnc":  # (Ho, Wo, N, C) in bf16 and the kernel's per-image sums: the glue reads y once
         f32 = jnp.float32
         y, sums = conv2d_hwnc(x, w, (), conv_only_epilogue, block_h=s["block_h"], block_n=s["block_n"],
-                              channels_first=False, stats=True)
+                              pack=s["pack_w"], channels_first=False, stats=True)
         count = y.shape[0] * y.shape[1]
         mean = sums[0] / count
         var = jnp.maximum(sums[1] / count - mean * mean, 0.0)
@@ -484,7 +485,7 @@ class Conv2dActivationBatchNorm(ConvWorkload):
     hwnc = True
     template_part = '''
 SCHEDULE = {"block_s": 2048, "block_k": 1024, "buffers": 2, "patches": "vmem", "layout": "flat", "block_h": 2,
-            "block_n": 32}
+            "block_n": 32, "pack_w": 1}
 
 
 def mish_epilogue(acc, mask, conv_bias):
@@ -498,7 +499,7 @@ def workload(x, w, conv_bias, bn_weight, bn_bias):
     f32 = jnp.float32
     if s["layout"] == "hwnc":  # (Ho, Wo, N, C) and the kernel's sums: the glue reads y once
         y, sums = conv2d_hwnc(x, w, (row(conv_bias),), mish_epilogue, block_h=s["block_h"], block_n=s["block_n"],
-                              channels_first=False, stats=True)
+                              pack=s["pack_w"], channels_first=False, stats=True)
         count = y.shape[0] * y.shape[1] * y.shape[2]
         mean = jnp.sum(sums[0], axis=0) / count
         var = jnp.maximum(jnp.sum(sums[1], axis=0) / count - mean * mean, 0.0)

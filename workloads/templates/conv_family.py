@@ -244,7 +244,9 @@ def conv2d_hwnc_kernel(w_ref, x_ref, halo_ref, *refs, epilogue, n_params, stats)
     params = [r[...] for r in refs[:n_params]]
     o_ref = refs[n_params]
     rows, wo, _, cout = o_ref.shape
-    k, (groups, nb, cin) = w_ref.shape[0], x_ref.shape[2:]
+    (k, depth, wide), (wp, groups, nb, lanes) = w_ref.shape, x_ref.shape[1:]
+    pack, packs = wide // cout, depth // lanes  # output columns per matmul row, input packs per window
+    wop = wo // pack
     if stats:
         stats_ref = refs[n_params + 1]
 
@@ -253,45 +255,67 @@ def conv2d_hwnc_kernel(w_ref, x_ref, halo_ref, *refs, epilogue, n_params, stats)
             stats_ref[...] = jnp.zeros_like(stats_ref)
 
     def samples(g):
-        def window(row, dj):
-            """Input row ``row`` of this step (its own rows, then the halo's), columns dj..dj+Wo."""
+        def window(row, dp):
+            """Input row ``row`` of this step (its own rows, then the halo's), column packs dp..dp+Wo/pack."""
             ref, r = (x_ref, row) if row < rows else (halo_ref, row - rows)
-            return ref[r, pl.ds(dj, wo), g].reshape(wo * nb, cin)
+            return ref[r, pl.ds(dp, wop), g].reshape(wop * nb, lanes)
 
         samples_g = pl.ds(pl.multiple_of(g * nb, nb), nb)
         for r in range(rows):
             acc = None
             for di in range(k):
-                slab = jnp.concatenate([window(r + di, dj) for dj in range(k)], axis=-1)
+                slab = jnp.concatenate([window(r + di, dp) for dp in range(packs)], axis=-1)
                 part = jnp.dot(slab, w_ref[di], preferred_element_type=jnp.float32)
                 acc = part if acc is None else acc + part
-            y = epilogue(acc, None, *params).reshape(wo, nb, cout)
-            o_ref[r, :, samples_g] = y.astype(o_ref.dtype)
+            y = epilogue(acc, None, *params).reshape(wop, nb, wide)
+            # Lanes (column in pack, channel) -> output columns: whole (nb, Cout) tiles move.
+            cols = [y[:, :, c * cout:(c + 1) * cout] for c in range(pack)]
+            out = cols[0] if pack == 1 else jnp.stack(cols, axis=1).reshape(wo, nb, cout)
+            o_ref[r, :, samples_g] = out.astype(o_ref.dtype)
             if stats:  # per sample and channel, from the f32 values: sum and sum of squares
-                stats_ref[0, samples_g] += jnp.sum(y, axis=0)
-                stats_ref[1, samples_g] += jnp.sum(y * y, axis=0)
+                stats_ref[0, samples_g] += sum(jnp.sum(c, axis=0) for c in cols)
+                stats_ref[1, samples_g] += sum(jnp.sum(c * c, axis=0) for c in cols)
         return g + 1
 
     # A while loop, not fori_loop: one group (small check sizes) must lower as several do.
     jax.lax.while_loop(lambda g: g < groups, samples, jnp.int32(0))
 
 
-@functools.partial(jax.jit, static_argnames=("epilogue", "block_h", "block_n", "channels_first", "stats"))
-def conv2d_hwnc(x, w, params, epilogue, *, block_h, block_n, channels_first=True, stats=False):
+def packed_row_weights(w, pack):
+    """w (Cout, Cin, K, K) -> per kernel row, the (packs*pack*Cin, pack*Cout) matrix taking a
+    window of ``packs`` input column packs (pack columns of Cin channels each) to ``pack``
+    adjacent output columns: entry ((input column, ci), (output column, co)) is the tap at
+    their column distance, zero where that is outside the kernel. pack=1: (K*Cin, Cout)."""
+    cout, cin, k, _ = w.shape
+    packs = -(-(pack + k - 1) // pack)
+    distance = np.arange(packs * pack)[:, None, None] - np.arange(pack)[None, :, None]
+    taps = (distance == np.arange(k)).astype(np.float32)  # (input column, output column, tap)
+    wd = jnp.einsum("cpj,oidj->dcipo", taps, w.astype(jnp.float32))
+    return wd.reshape(k, packs * pack * cin, pack * cout).astype(w.dtype)
+
+
+@functools.partial(jax.jit, static_argnames=("epilogue", "block_h", "block_n", "pack", "channels_first", "stats"))
+def conv2d_hwnc(x, w, params, epilogue, *, block_h, block_n, pack=1, channels_first=True, stats=False):
     """Stride-1 VALID 2-D conv of x (N, Cin, H, W) with w (Cout, Cin, K, K), ``epilogue``
-    applied to each (Wo*nb, Cout) f32 row tile with ``params`` as (1, Cout) rows; returns
-    (N, Cout, Ho, Wo), or (Ho, Wo, N, Cout) for glue that goes on in that layout. A grid step
-    takes block_h output rows of every sample and loops over the samples nb = min(block_n, N)
-    at a time; block_h must divide Ho and be a multiple of K-1. With ``stats``, also the f32
+    applied to each (Wo*nb/pack, pack*Cout) f32 row tile with ``params`` as (1, Cout) rows;
+    returns (N, Cout, Ho, Wo), or (Ho, Wo, N, Cout) for glue that goes on in that layout. A grid
+    step takes block_h output rows of every sample and loops over the samples nb =
+    min(block_n, N) at a time; block_h must divide Ho and be a multiple of K-1. ``pack``
+    adjacent columns share a matmul row: the input's are laid side by side in its lanes (64
+    channels fill 128 lanes at pack=2) and the dot makes ``pack`` output columns at once,
+    deeper and wider for the MXU (pack must divide W and Wo). With ``stats``, also the f32
     (2, N, Cout) sums over the positions of the epilogue's values and of their squares, so
     glue normalising by them (instance, batch norm) reads the output once and not the conv."""
     n, cin, h, wd = x.shape
     cout, _, k, _ = w.shape
     ho, wo, halo, nb = h - k + 1, wd - k + 1, k - 1, min(block_n, n)
-    # The input's samples as (groups, nb), a bitcast when nb fills the sublane tiles. The output
-    # stays 4-D: XLA does not fuse an elementwise consumer across a bitcast that splits N.
-    xt = jnp.transpose(x, (2, 3, 0, 1)).reshape(h, wd, n // nb, nb, cin)
-    wt = jnp.transpose(w, (2, 3, 1, 0)).reshape(k, k * cin, cout)  # per kernel row: (dj, cin) x cout
+    # (H, W/pack, groups, nb, pack*Cin): one transposing copy; the samples as (groups, nb) are a
+    # bitcast when nb fills the sublane tiles. The output stays 4-D: XLA does not fuse an
+    # elementwise consumer across a bitcast that splits N.
+    xt = jnp.transpose(x.reshape(n, cin, h, wd // pack, pack), (2, 3, 0, 4, 1))
+    xt = xt.reshape(h, wd // pack, n // nb, nb, pack * cin)
+    wt = packed_row_weights(w, pack)
+    params = tuple(jnp.tile(p, (1, pack)) for p in params)
     out_specs = [pl.BlockSpec((block_h, wo, n, cout), lambda i: (i, 0, 0, 0))]
     out_shape = [jax.ShapeDtypeStruct((ho, wo, n, cout), x.dtype)]
     if stats:  # one block, resident over the grid, which must then run in order
