@@ -346,6 +346,8 @@ def test_hwnc_layout_is_masked_where_its_blocks_do_not_fit():
     space = CLASSES["18k"]().schedule_space()
     hwnc = {**space.default(), "layout": "hwnc"}
     assert space.check(hwnc) is None
+    assert space.inert(hwnc) == {"block_s", "block_k", "buffers", "patches"}  # search moves skip them
+    assert space.inert(space.default()) == {"block_k", "block_h", "block_n", "pack_w"}  # flat, patches in VMEM
     assert "VMEM" in space.check({**hwnc, "block_h": 6})  # 8 input and 6 output rows of 128 samples
     assert space.check({**hwnc, "block_h": 6, "pack_w": 2}) is None  # 64 channels no longer pad the lanes
     odd_w = CLASSES["18k"]({"height": 20, "width": 21})  # 19 output columns: not in pairs

@@ -20,7 +20,7 @@ one standalone module. Knobs:
 * ``layout`` (2-D convs whose epilogue is elementwise or a norm over the sums it can emit:
   18k, 22k, 34k): "flat" (the above) or
   "hwnc" (``conv2d_hwnc``: the output in the TPU's device layout of the NCHW result, no
-  relayout copy; block_s, block_k and patches unused), with ``block_h`` output rows per grid
+  relayout copy; block_s, block_k, buffers and patches unused), with ``block_h`` output rows per grid
   step, ``block_n`` samples per iteration of its loop and ``pack_w`` adjacent columns per
   matmul row.
 """
@@ -82,7 +82,7 @@ class ConvWorkload(KernelBenchWorkload):
     default_block_k = 1024
     default_patches = "vmem"
     group_key: str | None = None  # config key of a GroupNorm's group count, if any
-    hwnc = False  # the epilogue is elementwise on a 2-D conv: the "hwnc" layout can serve it
+    hwnc = False  # a 2-D conv whose epilogue is elementwise, or a norm by the kernel's sums: "hwnc" serves it
 
     @property
     def dims(self):
@@ -213,12 +213,22 @@ class ConvWorkload(KernelBenchWorkload):
             knobs += [
                 Knob("layout", ("flat", "hwnc"), "flat",
                      "flat: the im2col kernel above, output relaid out by XLA; hwnc: output rows written in the "
-                     "device layout of the NCHW result (block_s, block_k, patches unused)"),
+                     "device layout of the NCHW result (block_s, block_k, buffers, patches unused)"),
                 # Larger blocks unroll past what Mosaic compiles in minutes (6 rows x 64 samples did not in 300 s).
                 Knob("block_h", (2, 6), 2, "layout=hwnc: output rows (of every sample) per grid step"),
                 Knob("block_n", (16, 32), 32, "layout=hwnc: samples per iteration of the step's loop"),
                 Knob("pack_w", (1, 2), 1, "layout=hwnc: adjacent columns per matmul row (their channels side "
                      "by side in the lanes: 64 channels fill 128 at 2; a deeper, wider dot)"),
             ]
-        return ScheduleSpace(knobs, check)
+        return ScheduleSpace(knobs, check, conv_inert)
+
+
+def conv_inert(s) -> set:
+    """The knobs a conv schedule leaves unused (``ScheduleSpace.inert``): with layout=hwnc all
+    but the hwnc ones, with the flat kernel the hwnc ones, and block_k when the patches come
+    from VMEM (no K blocks)."""
+    hwnc_knobs = {"block_h", "block_n", "pack_w"}
+    if s.get("layout") == "hwnc":
+        return {"block_s", "block_k", "buffers", "patches"}
+    return (hwnc_knobs & s.keys()) | ({"block_k"} if s["patches"] != "hbm" else set())
 
