@@ -292,12 +292,14 @@ class ConvTranspose3dLayerNormGeluScaling(ConvWorkload):
     input positions m-1..m+1 (the input padded by 1) through kernel taps 3 - 2t + p (t the
     window offset; taps outside 0..3 are zero). So one 3x3x3 patch matrix of the padded input
     (KC = 32*27) times a stacked weight (8 parities * 64 rows) gives every output parity; the
-    glue interleaves the parities and applies the LayerNorm over W, gelu and scaling (the
-    norm axis mixes parities, so it is outside the kernel here). The zero-inserted input's
-    patches would need 17 GiB. That glue dominates the predicted time (13.5 of 15.9 ms at
-    full size: XLA's cost analysis charges the parity interleave, whose minor axes are
-    32 wide, and the LayerNorm over the 64-wide minor axis ~24 GB); fusing the norm and
-    writing the final layout from the kernel is the headroom.
+    glue applies the LayerNorm over W (its axis mixes parities, so it is outside the kernel
+    here), gelu and scaling with the parities still apart, then interleaves them with two
+    0/1 contractions. The zero-inserted input's patches would need 17 GiB. That glue
+    dominates the predicted time (14.9 of 15.7 ms at full size, 2026-12-06: the crop of the
+    kernel's wrap-around columns into 34-wide minor axes and the moves between layouts with
+    32- or 34-wide minor axes cost GBs of padded traffic; interleaving the parities first,
+    with a transpose, and normalising after cost 16.4 ms); writing the final layout from
+    the kernel is the headroom.
     Check size: batch 2, 8x8x32 (width stays 32: W_out must equal out_channels; depth 8, so
     that the default block_s = 2048 leaves two grid steps over a sample's padded 10x10x34
     positions, where depth 4 left one and every reset of the default climbed a rung).
@@ -339,12 +341,19 @@ def workload(x, w, conv_bias, ln_weight, ln_bias):
     xp = jnp.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1), (1, 1)))
     y = conv_nd(xp, subpixel_weight(w), (3, 3, 3), (column(jnp.tile(conv_bias, 8)),), bias_epilogue,
                 block_s=s["block_s"], block_k=s["block_k"], buffers=s["buffers"], patches=s["patches"])
-    y = y.reshape(n, 2, 2, 2, co, d, h, wd).transpose(0, 4, 5, 1, 6, 2, 7, 3).reshape(n, co, 2 * d, 2 * h, 2 * wd)
-    y = y.astype(jnp.float32)
-    mean = jnp.mean(y, axis=-1, keepdims=True)
-    var = jnp.mean(jnp.square(y - mean), axis=-1, keepdims=True)
-    y = (y - mean) * jax.lax.rsqrt(var + CONFIG["eps"]) * ln_weight.astype(jnp.float32) + ln_bias.astype(jnp.float32)
-    return (jax.nn.gelu(y) * CONFIG["scaling_factor"]).astype(x.dtype)
+    # (n, pd, ph, pw, co, d, h, w): the LayerNorm over W_out = (w, pw) runs before the parities
+    # are interleaved, with ln_weight/ln_bias (indexed by 2w + pw) laid out as (pw, w).
+    y = y.reshape(n, 2, 2, 2, co, d, h, wd).astype(jnp.float32)
+    mean = jnp.mean(y, axis=(3, 7), keepdims=True)
+    var = jnp.mean(jnp.square(y - mean), axis=(3, 7), keepdims=True)
+    by_parity = lambda v: v.astype(jnp.float32).reshape(wd, 2).T.reshape(1, 1, 1, 2, 1, 1, 1, wd)
+    y = (y - mean) * jax.lax.rsqrt(var + CONFIG["eps"]) * by_parity(ln_weight) + by_parity(ln_bias)
+    y = (jax.nn.gelu(y) * CONFIG["scaling_factor"]).astype(x.dtype)
+    # The interleave as two 0/1 contractions (exact: one term each): out index 2i + p.
+    spread = lambda m: jnp.asarray((np.arange(2 * m)[None, None, :] ==
+                                    2 * np.arange(m)[None, :, None] + np.arange(2)[:, None, None]), x.dtype)
+    y = jnp.einsum("nabcodhw,cwx,bhy->nodayx", y, spread(wd), spread(h), preferred_element_type=jnp.float32)
+    return y.astype(x.dtype).reshape(n, co, 2 * d, 2 * h, 2 * wd)
 '''
 
     def validate_shapes(self, config):
