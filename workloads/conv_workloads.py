@@ -349,9 +349,12 @@ def workload(x, w, conv_bias, ln_weight, ln_bias):
     by_parity = lambda v: v.astype(jnp.float32).reshape(wd, 2).T.reshape(1, 1, 1, 2, 1, 1, 1, wd)
     y = (y - mean) * jax.lax.rsqrt(var + CONFIG["eps"]) * by_parity(ln_weight) + by_parity(ln_bias)
     y = (jax.nn.gelu(y) * CONFIG["scaling_factor"]).astype(x.dtype)
-    # The interleave as two 0/1 contractions (exact: one term each): out index 2i + p.
-    spread = lambda m: jnp.asarray((np.arange(2 * m)[None, None, :] ==
-                                    2 * np.arange(m)[None, :, None] + np.arange(2)[:, None, None]), x.dtype)
+    # The interleave as two 0/1 contractions (exact: one term each): out index 2i + p. Built
+    # from iotas, so the program is the same at every size.
+    def spread(m):
+        p, i, o = (jax.lax.broadcasted_iota(jnp.int32, (2, m, 2 * m), axis) for axis in range(3))
+        return (o == 2 * i + p).astype(x.dtype)
+
     y = jnp.einsum("nabcodhw,cwx,bhy->nodayx", y, spread(wd), spread(h), preferred_element_type=jnp.float32)
     return y.astype(x.dtype).reshape(n, co, 2 * d, 2 * h, 2 * wd)
 '''
