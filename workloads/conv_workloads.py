@@ -103,8 +103,9 @@ class Conv2dInstanceNormDivide(ConvWorkload):
     Inputs: x (128,64,128,128) from K0; w (128,64,3,3), conv_bias (128,) N*0.02 from
     split(KB,2); in_weight = 1, in_bias = 0. InstanceNorm normalises over (H, W) per (n, c),
     eps 1e-5, biased variance with f32 accumulation (jnp.var), then the affine parameters;
-    then / divide_by. Output (128,128,126,126). The kernel's block spans all of S (the
-    statistics need the whole image).
+    then / divide_by. Output (128,128,126,126). The flat kernel's block spans all of S (the
+    statistics need the whole image); with layout=hwnc the kernel returns each image's sums
+    and sums of squares with its bf16 output, and the glue normalises in one pass.
 
     Tolerance (workloads.md section 7): the bf16 reference carries its own rounding noise:
     the conv output is rounded to bf16 and the normalisation divides by the per-image std,
@@ -473,7 +474,8 @@ class Conv2dActivationBatchNorm(ConvWorkload):
     N(0,1), both unscaled; bn_weight = 1, bn_bias = 0. mish = v * tanh(softplus(v)).
     BatchNorm in training mode: statistics over (N, H, W) per channel, eps 1e-5, variance in
     the input dtype. Output (64,128,126,126), tolerance 1e-1/1e-2. The kernel fuses bias and
-    mish; the cross-batch statistics stay in the XLA glue after it.
+    mish; the cross-batch statistics are XLA glue after it, over the output (flat) or from
+    the kernel's per-sample sums (layout=hwnc: one pass over the output).
     Check size: batch 4 (batch statistics over more than one sample), 20x20.
 
     Tolerance: with unscaled weights the conv output is ~N(+-12, 7) per channel, and the
