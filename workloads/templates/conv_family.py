@@ -24,7 +24,7 @@ Two output modes:
 * reduce (``reduce=True``): the epilogue maps the tile to (out_rows, 1) partial sums
   (masked), accumulated over the S blocks into an (N, out_rows) f32 output.
 
-Layout "hwnc" (2-D convs with an elementwise epilogue): the TPU keeps an NCHW conv output
+Layout "hwnc" (2-D convs with an elementwise epilogue or a norm after): the TPU keeps an NCHW conv output
 whose images are not lane-wide (126x126) in its device layout (H, W, N, C), batch and
 channels in the tiles, and XLA's conv writes it so directly. The flat kernel's (N, C, S)
 output costs a whole-array relayout copy and a crop on top. ``conv2d_hwnc`` computes in that
@@ -33,7 +33,9 @@ output rows of every sample, reading its rows plus the K-1 rows below (a second 
 the same input, in (K-1)-row blocks), and loops over the samples block_n at a time; for each
 output row and kernel row the K shifted (Wo*nb, Cin) windows are stacked into one
 (Wo*nb, K*Cin) slab for one dot. The (Ho, Wo, N, C) result transposes to NCHW as a
-bitcast.
+bitcast. With ``pack`` columns side by side in the input's lanes one dot makes that many
+output columns; with ``stats`` the kernel also sums each sample's channels and their squares,
+for a norm in glue that then reads the output once.
 
 The workload's own code (SCHEDULE, epilogue, ``workload``) follows this family code.
 """
@@ -244,7 +246,7 @@ def conv2d_hwnc_kernel(w_ref, x_ref, halo_ref, *refs, epilogue, n_params, stats)
     params = [r[...] for r in refs[:n_params]]
     o_ref = refs[n_params]
     rows, wo, _, cout = o_ref.shape
-    (k, depth, wide), (wp, groups, nb, lanes) = w_ref.shape, x_ref.shape[1:]
+    (k, depth, wide), (groups, nb, lanes) = w_ref.shape, x_ref.shape[2:]
     pack, packs = wide // cout, depth // lanes  # output columns per matmul row, input packs per window
     wop = wo // pack
     if stats:
@@ -309,8 +311,9 @@ def conv2d_hwnc(x, w, params, epilogue, *, block_h, block_n, pack=1, channels_fi
     n, cin, h, wd = x.shape
     cout, _, k, _ = w.shape
     ho, wo, halo, nb = h - k + 1, wd - k + 1, k - 1, min(block_n, n)
-    # (H, W/pack, groups, nb, pack*Cin): one transposing copy; the samples as (groups, nb) are a
-    # bitcast when nb fills the sublane tiles. The output stays 4-D: XLA does not fuse an
+    # (H, W/pack, groups, nb, pack*Cin): one transposing copy (two at pack > 1: one transpose
+    # cannot merge two dims into the lanes); the samples as (groups, nb) are a bitcast when nb
+    # fills the sublane tiles. The output stays 4-D: XLA does not fuse an
     # elementwise consumer across a bitcast that splits N.
     xt = jnp.transpose(x.reshape(n, cin, h, wd // pack, pack), (2, 3, 0, 4, 1))
     xt = xt.reshape(h, wd // pack, n // nb, nb, pack * cin)
