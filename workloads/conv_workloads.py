@@ -151,9 +151,7 @@ def workload(x, w, conv_bias, in_weight, in_bias):
         f32 = jnp.float32
         y, sums = conv2d_hwnc(x, w, (), conv_only_epilogue, block_h=s["block_h"], block_n=s["block_n"],
                               pack=s["pack_w"], channels_first=False, stats=True)
-        count = y.shape[0] * y.shape[1]
-        mean = sums[0] / count
-        var = jnp.maximum(sums[1] / count - mean * mean, 0.0)
+        mean, var = moments(sums, y.shape[0] * y.shape[1])  # per image and channel
         scale = in_weight.astype(f32) * jax.lax.rsqrt(var + 1e-5) / CONFIG["divide_by"]
         out = (y.astype(f32) - mean) * scale + in_bias.astype(f32) / CONFIG["divide_by"]
         return jnp.transpose(out.astype(x.dtype), (2, 3, 0, 1))
@@ -514,9 +512,7 @@ def workload(x, w, conv_bias, bn_weight, bn_bias):
     if s["layout"] == "hwnc":  # (Ho, Wo, N, C) and the kernel's sums: the glue reads y once
         y, sums = conv2d_hwnc(x, w, (row(conv_bias),), mish_epilogue, block_h=s["block_h"], block_n=s["block_n"],
                               pack=s["pack_w"], channels_first=False, stats=True)
-        count = y.shape[0] * y.shape[1] * y.shape[2]
-        mean = jnp.sum(sums[0], axis=0) / count
-        var = jnp.maximum(jnp.sum(sums[1], axis=0) / count - mean * mean, 0.0)
+        mean, var = moments(jnp.sum(sums, axis=1), y.shape[0] * y.shape[1] * y.shape[2])  # per channel
         out = (y.astype(f32) - mean) * (bn_weight.astype(f32) * jax.lax.rsqrt(var + 1e-5)) + bn_bias.astype(f32)
         return jnp.transpose(out.astype(x.dtype), (2, 3, 0, 1))
     y = conv_nd(x, tap_major(w), w.shape[2:], (column(conv_bias),), mish_epilogue, block_s=s["block_s"],

@@ -363,6 +363,13 @@ def group_sum(g, v):
     return jnp.dot(g, wide, preferred_element_type=jnp.float32)[:, :1]
 
 
+def moments(sums, count):
+    """Mean and biased variance from ``conv2d_hwnc``'s stacked sums of values and of their
+    squares (leading axis 2) over ``count`` positions each."""
+    mean = sums[0] / count
+    return mean, jnp.maximum(sums[1] / count - mean * mean, 0.0)
+
+
 def masked_mean(v, mask):
     """Per-row mean of the (R, S) tile v over the columns where mask (1, S) is 1."""
     return jnp.sum(v * mask, axis=1, keepdims=True) / jnp.sum(mask)
