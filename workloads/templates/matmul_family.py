@@ -132,12 +132,12 @@ def x_ahead_kernel(x_hbm, *refs, kernel, chunks):
     kernel(x_buf.at[i % 2], *refs)
 
 
-def x_input(kernel, x, bm, bk, n_tiles, pipeline, x_panel, semantics):
+def x_input(kernel, x, bm, bk, n_tiles, buffers, x_panel, semantics):
     """(kernel, x's BlockSpec, extra scratch, dimension semantics) for x read in (bm, bk)
     blocks by the pipeline (``x_panel`` 'pipelined'), or in (bm, K) panels a panel ahead by
     ``x_ahead_kernel`` ('prefetched', all of K in one step: bk = K)."""
     if x_panel == "pipelined":
-        return kernel, pl.BlockSpec((bm, bk), lambda i, j, k: (i, k), **pipeline), [], semantics
+        return kernel, pl.BlockSpec((bm, bk), lambda i, j, k: (i, k), **pipelined(buffers)), [], semantics
     assert x_panel == "prefetched" and bk == x.shape[1], "a prefetched x panel needs all of K in one step"
     chunks = n_tiles  # one chunk per column step, each at least 16 rows (a bf16 sublane tile)
     while chunks > 1 and (bm % chunks or bm // chunks % 16):
@@ -145,6 +145,18 @@ def x_input(kernel, x, bm, bk, n_tiles, pipeline, x_panel, semantics):
     scratch = [pltpu.VMEM((2, bm, bk), x.dtype), pltpu.SemaphoreType.DMA((2,))]
     return (functools.partial(x_ahead_kernel, kernel=kernel, chunks=chunks), pl.BlockSpec(memory_space=pl.ANY),
             scratch, ("arbitrary",) * len(semantics))
+
+
+def pipelined(buffers):
+    """BlockSpec options for a streamed operand with ``buffers`` pipeline buffers (2 is Pallas's default)."""
+    return {} if buffers == 2 else {"pipeline_mode": pl.Buffered(buffers)}
+
+
+def w_spec(bk, bn, transpose_w, buffers):
+    """w's blocks for the (i, j, k) grid: (bk, bn) of w (K, N), or (bn, bk) of w stored (N, K)."""
+    if transpose_w:
+        return pl.BlockSpec((bn, bk), lambda i, j, k: (j, k), **pipelined(buffers))
+    return pl.BlockSpec((bk, bn), lambda i, j, k: (k, j), **pipelined(buffers))
 
 
 def _operand_spec(shape, bm, bn):
@@ -175,11 +187,6 @@ def fused_matmul(x, w, operands=(), *, epilogue, transpose_w=False, out_cols=Non
                                 x_panel=x_panel)
         return _row_reduce(x, w, operands, epilogue, combine, finish, n_carries, transpose_w, out_cols, bm, bk, bn,
                            buffers, single_k, x_panel=x_panel)
-    pipeline = {} if buffers == 2 else {"pipeline_mode": pl.Buffered(buffers)}
-    if transpose_w:
-        w_spec = pl.BlockSpec((bn, bk), lambda i, j, k: (j, k), **pipeline)
-    else:
-        w_spec = pl.BlockSpec((bk, bn), lambda i, j, k: (k, j), **pipeline)
     if out_cols is None:
         out_spec, out_shape = pl.BlockSpec((bm, bn), lambda i, j, k: (i, j)), (m, n)
     else:
@@ -188,11 +195,11 @@ def fused_matmul(x, w, operands=(), *, epilogue, transpose_w=False, out_cols=Non
     kernel, x_spec, x_scratch, semantics = x_input(
         functools.partial(fused_matmul_kernel, epilogue=epilogue, transpose_w=transpose_w,
                           n_operands=len(operands), single_k=single_k),
-        x, bm, bk, n // bn, pipeline, x_panel, ("parallel", "parallel", "arbitrary"))
+        x, bm, bk, n // bn, buffers, x_panel, ("parallel", "parallel", "arbitrary"))
     return pl.pallas_call(
         kernel,
         grid=(m // bm, n // bn, kdim // bk),
-        in_specs=[x_spec, w_spec, *(_operand_spec(a.shape, bm, bn) for a in operands)],
+        in_specs=[x_spec, w_spec(bk, bn, transpose_w, buffers), *(_operand_spec(a.shape, bm, bn) for a in operands)],
         out_specs=out_spec,
         out_shape=jax.ShapeDtypeStruct(out_shape, x.dtype),
         scratch_shapes=[*accumulator(bm, bn, single_k), *x_scratch],
@@ -247,11 +254,10 @@ def folded_matmul(x, w, operands=(), *, epilogue, transpose_w=False, bm, bk, bn=
         grid=(kdim // bk, n // rows), in_specs=[w_spec], out_specs=sums_spec,
         out_shape=jax.ShapeDtypeStruct(sums_shape, jnp.float32), compiler_params=params,
     )(w)
-    pipeline = {} if buffers == 2 else {"pipeline_mode": pl.Buffered(buffers)}
     return pl.pallas_call(
         functools.partial(row_dot_kernel, epilogue=epilogue, n_operands=len(operands)),
         grid=(m // bm, kdim // bk),
-        in_specs=[pl.BlockSpec((bm, bk), lambda i, k: (i, k), **pipeline),
+        in_specs=[pl.BlockSpec((bm, bk), lambda i, k: (i, k), **pipelined(buffers)),
                   pl.BlockSpec((1, bk), lambda i, k: (0, k)),
                   *(pl.BlockSpec(a.shape, lambda i, k: (0, 0)) for a in operands)],  # scalars (1, 1)
         out_specs=pl.BlockSpec((bm, 1), lambda i, k: (i, 0)),
@@ -265,13 +271,10 @@ def _row_reduce(x, w, operands, epilogue, combine, finish, n_carries, transpose_
                 single_k, keep=None, x_panel="pipelined"):
     m, kdim = x.shape
     n = w.shape[0] if transpose_w else w.shape[1]
-    pipeline = {} if buffers == 2 else {"pipeline_mode": pl.Buffered(buffers)}
-    w_spec = (pl.BlockSpec((bn, bk), lambda i, j, k: (j, k), **pipeline) if transpose_w
-              else pl.BlockSpec((bk, bn), lambda i, j, k: (k, j), **pipeline))
     kernel, x_spec, x_scratch, semantics = x_input(
         functools.partial(row_reduce_kernel, epilogue=epilogue, combine=combine, finish=finish,
                           transpose_w=transpose_w, n_operands=len(operands), single_k=single_k, keep=keep),
-        x, bm, bk, n // bn, pipeline, x_panel, ("parallel", "arbitrary", "arbitrary"))
+        x, bm, bk, n // bn, buffers, x_panel, ("parallel", "arbitrary", "arbitrary"))
     if keep is not None:  # the kept tiles, and the carries so far at each tile (N tiles, carries, M, 1) in f32
         out_specs = [pl.BlockSpec((bm, bn), lambda i, j, k: (i, j)),
                      pl.BlockSpec((1, n_carries, bm, 1), lambda i, j, k: (j, 0, i, 0))]
@@ -283,7 +286,7 @@ def _row_reduce(x, w, operands, epilogue, combine, finish, n_carries, transpose_
     return pl.pallas_call(
         kernel,
         grid=(m // bm, n // bn, kdim // bk),
-        in_specs=[x_spec, w_spec, *(_operand_spec(a.shape, bm, bn) for a in operands)],
+        in_specs=[x_spec, w_spec(bk, bn, transpose_w, buffers), *(_operand_spec(a.shape, bm, bn) for a in operands)],
         out_specs=out_specs,
         out_shape=out_shape,
         scratch_shapes=[pltpu.VMEM((n_carries, bm, 128), jnp.float32), *accumulator(bm, bn, single_k), *x_scratch],
