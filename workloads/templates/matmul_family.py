@@ -244,14 +244,14 @@ def folded_matmul(x, w, operands=(), *, epilogue, transpose_w=False, bm, bk, bn=
     params = pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary"),
                                   vmem_limit_bytes=VMEM_LIMIT)
     if transpose_w:  # w (N, K): sum over its rows
-        w_spec = pl.BlockSpec((rows, bk), lambda k, j: (j, k))
+        w_blocks = pl.BlockSpec((rows, bk), lambda k, j: (j, k))
         sums_spec, sums_shape = pl.BlockSpec((1, bk), lambda k, j: (0, k)), (1, kdim)
     else:  # w (K, N): sum over its columns
-        w_spec = pl.BlockSpec((bk, rows), lambda k, j: (k, j))
+        w_blocks = pl.BlockSpec((bk, rows), lambda k, j: (k, j))
         sums_spec, sums_shape = pl.BlockSpec((bk, 1), lambda k, j: (k, 0)), (kdim, 1)
     sums = pl.pallas_call(
         functools.partial(weight_sums_kernel, axis=0 if transpose_w else 1),
-        grid=(kdim // bk, n // rows), in_specs=[w_spec], out_specs=sums_spec,
+        grid=(kdim // bk, n // rows), in_specs=[w_blocks], out_specs=sums_spec,
         out_shape=jax.ShapeDtypeStruct(sums_shape, jnp.float32), compiler_params=params,
     )(w)
     return pl.pallas_call(
