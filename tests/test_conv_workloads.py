@@ -238,6 +238,13 @@ def test_space_rejects_impossible_schedules():
     hbm = {**space18.default(), "patches": "hbm"}
     assert "divide" in space18.check({**hbm, "block_k": 256})  # contraction 576, padded to 640
     assert space18.check({**hbm, "block_k": 128}) is None
+    # No accumulator only where the contraction is one step: patches from VMEM, or block_k >= 576.
+    assert space18.check({**space18.default(), "accumulator": "none"}) is None
+    assert "one step" in space18.check({**hbm, "block_k": 128, "accumulator": "none"})
+    assert space18.check({**hbm, "block_k": 1024, "accumulator": "none"}) is None
+    # gelu in bf16 is 39k's reference precision only for bf16 inputs.
+    assert "epilogue" in CLASSES["39k"]().schedule_space().names
+    assert "epilogue" not in CLASSES["39k"]({"dtype": "float32"}).schedule_space().names
     space28 = CLASSES["28k"]().schedule_space()
     assert "VMEM" in space28.check({**space28.default(), "block_s": 8192, "patches": "hbm"})
     # Whole-image blocks do not fit VMEM for large images, whatever the schedule.
@@ -339,6 +346,12 @@ SCHEDULES = [
     ("22k", {"layout": "hwnc"}),  # the instance norm from the kernel's per-image sums
     ("18k", {"layout": "hwnc", "pack_w": 2}),  # two columns per matmul row
     ("34k", {"layout": "hwnc", "pack_w": 2}),
+    # No accumulator scratch (one K step): tiles, whole-sample sums, patches from HBM.
+    ("33k", {"block_s": 512, "accumulator": "none"}),
+    ("25k", {"patches": "vmem_im2col", "accumulator": "none"}),
+    ("28k", {"block_s": 512, "patches": "hbm", "accumulator": "none"}),
+    # gelu in bf16, the masked sums by the MXU.
+    ("39k", {"block_s": 256, "patches": "vmem_im2col", "accumulator": "none", "epilogue": "bf16"}),
 ]
 
 
@@ -346,7 +359,7 @@ def test_hwnc_layout_is_masked_where_its_blocks_do_not_fit():
     space = CLASSES["18k"]().schedule_space()
     hwnc = {**space.default(), "layout": "hwnc"}
     assert space.check(hwnc) is None
-    assert space.inert(hwnc) == {"block_s", "block_k", "buffers", "patches"}  # search moves skip them
+    assert space.inert(hwnc) == {"block_s", "block_k", "buffers", "patches", "accumulator"}  # moves skip them
     assert space.inert(space.default()) == {"block_k", "block_h", "block_n", "pack_w"}  # flat, patches in VMEM
     assert "VMEM" in space.check({**hwnc, "block_h": 6})  # 8 input and 6 output rows of 128 samples
     assert space.check({**hwnc, "block_h": 6, "pack_w": 2}) is None  # 64 channels no longer pad the lanes

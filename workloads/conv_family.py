@@ -17,10 +17,14 @@ one standalone module. Knobs:
   ``block_k`` is then unused) or "vmem_im2col" (those slices stacked into one patch tile in
   VMEM and one dot: fewer, deeper MXU passes, most of all at few channels, 25k's 27 dots of
   depth 3 become one of depth 81; Mosaic stacks slices shorter than a sublane tile).
+* ``accumulator`` (the matmuls' knob): "vmem" (the dot summed into an f32 VMEM scratch, which
+  the epilogue reads back) or "none" (one K step: the dot's value goes straight to the
+  epilogue; no scratch written and read per step). Neither always wins: on 39k's gelu and sum
+  over 64 x 8192 tiles "none" saves a quarter of the kernel, on 33k it costs 2%.
 * ``layout`` (2-D convs whose epilogue is elementwise or a norm over the sums it can emit:
   18k, 22k, 34k): "flat" (the above) or
   "hwnc" (``conv2d_hwnc``: the output in the TPU's device layout of the NCHW result, no
-  relayout copy; block_s, block_k, buffers and patches unused), with ``block_h`` output rows per grid
+  relayout copy; block_s, block_k, buffers, patches and accumulator unused), with ``block_h`` output rows per grid
   step, ``block_n`` samples per iteration of its loop and ``pack_w`` adjacent columns per
   matmul row.
 """
@@ -33,7 +37,7 @@ from pathlib import Path
 import jax.numpy as jnp
 from jax import lax
 
-from .base import Knob, ScheduleSpace, over_vmem, tile_bytes, tile_rows
+from .base import ACCUMULATOR, Knob, ScheduleSpace, over_vmem, tile_bytes, tile_rows
 from .kernelbench import KernelBenchWorkload
 
 # Must match VMEM_LIMIT in templates/conv_family.py (the kernel's vmem_limit_bytes).
@@ -194,6 +198,9 @@ class ConvWorkload(KernelBenchWorkload):
                 return self.hwnc_check(config, s)
             if s["patches"] == "hbm" and s["block_k"] < kc and kcp % s["block_k"]:
                 return f"block_k={s['block_k']} does not divide the contraction {kc} padded to {kcp}"
+            if s.get("accumulator") == "none" and s["patches"] == "hbm" and s["block_k"] < kc:
+                return (f"accumulator=none needs the contraction in one step: patches from VMEM, or block_k >= "
+                        f"{kc}, not {s['block_k']}")
             return over_vmem(self.vmem_bytes(config, s), VMEM_LIMIT)
 
         knobs = []
@@ -208,6 +215,9 @@ class ConvWorkload(KernelBenchWorkload):
                  "im2col by XLA into HBM (streamed in K blocks); or in the kernel from each sample's flat "
                  "input held in VMEM (block_k unused), one dot per tap, or the taps stacked into one patch "
                  "tile and one deeper dot"),
+            Knob(ACCUMULATOR.name, ACCUMULATOR.values, ACCUMULATOR.default,
+                 "'vmem': the dot summed into an f32 VMEM scratch the epilogue reads back; 'none': one K step "
+                 "(patches from VMEM, or block_k >= the contraction), the dot's value straight to the epilogue"),
         ]
         if self.hwnc:
             knobs += [
@@ -220,7 +230,11 @@ class ConvWorkload(KernelBenchWorkload):
                 Knob("pack_w", (1, 2), 1, "layout=hwnc: adjacent columns per matmul row (their channels side "
                      "by side in the lanes: 64 channels fill 128 at 2; a deeper, wider dot)"),
             ]
-        return ScheduleSpace(knobs, check, conv_inert)
+        return ScheduleSpace(knobs + self.own_knobs(config), check, conv_inert)
+
+    def own_knobs(self, config) -> list[Knob]:
+        """The workload's own knobs (variants of its epilogue), after the family's."""
+        return []
 
 
 def conv_inert(s) -> set:
@@ -229,6 +243,6 @@ def conv_inert(s) -> set:
     from VMEM (no K blocks)."""
     hwnc_knobs = {"block_h", "block_n", "pack_w"}
     if s.get("layout") == "hwnc":
-        return {"block_s", "block_k", "buffers", "patches"}
+        return {"block_s", "block_k", "buffers", "patches", "accumulator"}
     return (hwnc_knobs & s.keys()) | ({"block_k"} if s["patches"] != "hbm" else set())
 

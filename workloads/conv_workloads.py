@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from .base import Knob
 from .conv_family import ConvWorkload, conv_channels_last, to_channels_first
 from .essential import io_bytes
 from .kernelbench import K0, K42, KB, bias, constant, keys, normal, side_key, uniform
@@ -68,8 +69,8 @@ class Conv2dReluBiasAdd(ConvWorkload):
     check_overrides = {"batch_size": 2, "height": 20, "width": 20}
     hwnc = True
     template_part = '''
-SCHEDULE = {"block_s": 2048, "block_k": 1024, "buffers": 2, "patches": "vmem", "layout": "flat", "block_h": 2,
-            "block_n": 32, "pack_w": 1}
+SCHEDULE = {"block_s": 2048, "block_k": 1024, "buffers": 2, "patches": "vmem", "accumulator": "vmem", "layout": "flat",
+            "block_h": 2, "block_n": 32, "pack_w": 1}
 
 
 def relu_bias_epilogue(acc, mask, conv_bias, bias):
@@ -81,7 +82,7 @@ def workload(x, w, conv_bias, bias):
     if s["layout"] == "hwnc":
         return conv2d_hwnc(x, w, (row(conv_bias), row(bias)), relu_bias_epilogue, block_h=s["block_h"],
                            block_n=s["block_n"], pack=s["pack_w"])
-    return conv_nd(x, tap_major(w), w.shape[2:], (column(conv_bias), column(bias)), relu_bias_epilogue, block_s=s["block_s"], block_k=s["block_k"], buffers=s["buffers"], patches=s["patches"])
+    return conv_nd(x, tap_major(w), w.shape[2:], (column(conv_bias), column(bias)), relu_bias_epilogue, **flat_knobs(s))
 '''
 
     def make_inputs(self, config, seed):
@@ -130,8 +131,8 @@ class Conv2dInstanceNormDivide(ConvWorkload):
     whole_s = True
     hwnc = True
     template_part = '''
-SCHEDULE = {"block_k": 1024, "buffers": 2, "patches": "vmem", "layout": "flat", "block_h": 2, "block_n": 32,
-            "pack_w": 1}
+SCHEDULE = {"block_k": 1024, "buffers": 2, "patches": "vmem", "accumulator": "vmem", "layout": "flat", "block_h": 2,
+            "block_n": 32, "pack_w": 1}
 
 
 def instance_norm_epilogue(acc, mask, conv_bias, in_weight, in_bias, *, eps, divide_by):
@@ -157,7 +158,7 @@ def workload(x, w, conv_bias, in_weight, in_bias):
         return jnp.transpose(out.astype(x.dtype), (2, 3, 0, 1))
     epilogue = functools.partial(instance_norm_epilogue, eps=1e-5, divide_by=float(CONFIG["divide_by"]))
     return conv_nd(x, tap_major(w), w.shape[2:], (column(conv_bias), column(in_weight), column(in_bias)), epilogue,
-                   block_s=None, block_k=s["block_k"], buffers=s["buffers"], patches=s["patches"])
+                   block_s=None, **flat_knobs(s))
 '''
 
     def validate_shapes(self, config):
@@ -226,7 +227,7 @@ class Conv3dGroupNormMean(ConvWorkload):
     whole_s = True
     reduce_s = True
     template_part = '''
-SCHEDULE = {"block_k": 1024, "buffers": 2, "patches": "vmem"}
+SCHEDULE = {"block_k": 1024, "buffers": 2, "patches": "vmem", "accumulator": "vmem"}
 
 
 def group_norm_mean_epilogue(acc, mask, conv_bias, groups, gamma, beta, *, group_size, eps):
@@ -239,8 +240,8 @@ def workload(x, w, conv_bias, gamma, beta):
     c = w.shape[0]
     epilogue = functools.partial(group_norm_mean_epilogue, group_size=c // CONFIG["num_groups"], eps=1e-5)
     params = (column(conv_bias), group_matrix(c, CONFIG["num_groups"]), column(gamma), column(beta))
-    sums = conv_nd(x, tap_major(w), w.shape[2:], params, epilogue, block_s=None, block_k=s["block_k"],
-                   buffers=s["buffers"], patches=s["patches"], out_rows=1, reduce=True)
+    sums = conv_nd(x, tap_major(w), w.shape[2:], params, epilogue, block_s=None, out_rows=1, reduce=True,
+                   **flat_knobs(s))
     volume = math.prod(d - k + 1 for d, k in zip(x.shape[2:], w.shape[2:]))
     return (sums[:, 0] / (c * volume)).astype(x.dtype)
 '''
@@ -316,7 +317,7 @@ class ConvTranspose3dLayerNormGeluScaling(ConvWorkload):
     check_overrides = {"batch_size": 2, "depth": 8, "height": 8}
     atol = 5e-2
     template_part = '''
-SCHEDULE = {"block_s": 2048, "block_k": 1024, "buffers": 2, "patches": "vmem"}
+SCHEDULE = {"block_s": 2048, "block_k": 1024, "buffers": 2, "patches": "vmem", "accumulator": "vmem"}
 
 
 def subpixel_weight(w):
@@ -338,8 +339,7 @@ def workload(x, w, conv_bias, ln_weight, ln_bias):
     n, _, d, h, wd = x.shape
     co = w.shape[1]
     xp = jnp.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1), (1, 1)))
-    y = conv_nd(xp, subpixel_weight(w), (3, 3, 3), (column(jnp.tile(conv_bias, 8)),), bias_epilogue,
-                block_s=s["block_s"], block_k=s["block_k"], buffers=s["buffers"], patches=s["patches"])
+    y = conv_nd(xp, subpixel_weight(w), (3, 3, 3), (column(jnp.tile(conv_bias, 8)),), bias_epilogue, **flat_knobs(s))
     # (n, pd, ph, pw, co, d, h, w): the LayerNorm over W_out = (w, pw) runs before the parities
     # are interleaved, with ln_weight/ln_bias (indexed by 2w + pw) laid out as (pw, w).
     y = y.reshape(n, 2, 2, 2, co, d, h, wd).astype(jnp.float32)
@@ -437,7 +437,7 @@ class Conv3dMishTanh(ConvWorkload):
                 "depth": 32, "height": 64, "width": 64, "dtype": "bfloat16"}
     check_overrides = {"batch_size": 2, "depth": 6, "height": 18, "width": 18}
     template_part = '''
-SCHEDULE = {"block_s": 2048, "block_k": 1024, "buffers": 2, "patches": "vmem"}
+SCHEDULE = {"block_s": 2048, "block_k": 1024, "buffers": 2, "patches": "vmem", "accumulator": "vmem"}
 
 
 def mish_tanh_epilogue(acc, mask, bias):
@@ -448,8 +448,7 @@ def mish_tanh_epilogue(acc, mask, bias):
 
 def workload(x, w, b):
     s = SCHEDULE
-    return conv_nd(x, tap_major(w), w.shape[2:], (column(b),), mish_tanh_epilogue,
-                   block_s=s["block_s"], block_k=s["block_k"], buffers=s["buffers"], patches=s["patches"])
+    return conv_nd(x, tap_major(w), w.shape[2:], (column(b),), mish_tanh_epilogue, **flat_knobs(s))
 '''
 
     def make_inputs(self, config, seed):
@@ -496,8 +495,8 @@ class Conv2dActivationBatchNorm(ConvWorkload):
     atol = 1e-1
     hwnc = True
     template_part = '''
-SCHEDULE = {"block_s": 2048, "block_k": 1024, "buffers": 2, "patches": "vmem", "layout": "flat", "block_h": 2,
-            "block_n": 32, "pack_w": 1}
+SCHEDULE = {"block_s": 2048, "block_k": 1024, "buffers": 2, "patches": "vmem", "accumulator": "vmem", "layout": "flat",
+            "block_h": 2, "block_n": 32, "pack_w": 1}
 
 
 def mish_epilogue(acc, mask, conv_bias):
@@ -515,8 +514,7 @@ def workload(x, w, conv_bias, bn_weight, bn_bias):
         mean, var = moments(jnp.sum(sums, axis=1), y.shape[0] * y.shape[1] * y.shape[2])  # per channel
         out = (y.astype(f32) - mean) * (bn_weight.astype(f32) * jax.lax.rsqrt(var + 1e-5)) + bn_bias.astype(f32)
         return jnp.transpose(out.astype(x.dtype), (2, 3, 0, 1))
-    y = conv_nd(x, tap_major(w), w.shape[2:], (column(conv_bias),), mish_epilogue, block_s=s["block_s"],
-                block_k=s["block_k"], buffers=s["buffers"], patches=s["patches"]).astype(f32)
+    y = conv_nd(x, tap_major(w), w.shape[2:], (column(conv_bias),), mish_epilogue, **flat_knobs(s)).astype(f32)
     channel = (1, -1, 1, 1)
     mean = jnp.mean(y, axis=(0, 2, 3), keepdims=True)
     var = jnp.mean(jnp.square(y - mean), axis=(0, 2, 3), keepdims=True)
@@ -550,6 +548,10 @@ class Conv2dGeluGlobalAvgPool(ConvWorkload):
     sample (columns beyond S masked out) and the glue divides by S.
     Check size: batch 2, 30x30 (28 x 30 = 840 wide positions: wrap-around columns and a
     padded last S block at every block_s, both masked out of the sums).
+    Knob ``epilogue`` (bf16 configs): "f32" (the bias, gelu and masked sum on the f32 dot) or
+    "bf16" (gelu in bf16, the precision the reference computes it in, and the masked sum over
+    the columns by the MXU, accumulated in f32): fewer vector ops per output where gelu over
+    528M outputs is most of the kernel.
     """
 
     name = "conv2d_gelu_globalavgpool"
@@ -562,20 +564,33 @@ class Conv2dGeluGlobalAvgPool(ConvWorkload):
     reduce_s = True
     default_block_s = 8192
     template_part = '''
-SCHEDULE = {"block_s": 8192, "block_k": 1024, "buffers": 2, "patches": "vmem"}
+SCHEDULE = {"block_s": 8192, "block_k": 1024, "buffers": 2, "patches": "vmem", "accumulator": "vmem", "epilogue": "f32"}
 
 
 def gelu_sum_epilogue(acc, mask, bias):
     return jnp.sum(jax.nn.gelu(acc + bias) * mask, axis=1, keepdims=True)
 
 
+def gelu_sum_epilogue_bf16(acc, mask, bias):
+    g = jax.nn.gelu((acc + bias).astype(jnp.bfloat16))
+    # The sum over the columns as a matmul with the mask's rows (contracting both tiles' columns).
+    m = jnp.broadcast_to(mask, (8, mask.shape[1])).astype(jnp.bfloat16)
+    return jax.lax.dot_general(g, m, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)[:, :1]
+
+
 def workload(x, w, b):
     s = SCHEDULE
-    sums = conv_nd(x, tap_major(w), w.shape[2:], (column(b),), gelu_sum_epilogue,
-                   block_s=s["block_s"], block_k=s["block_k"], buffers=s["buffers"], patches=s["patches"], reduce=True)
+    epilogue = gelu_sum_epilogue_bf16 if s["epilogue"] == "bf16" else gelu_sum_epilogue
+    sums = conv_nd(x, tap_major(w), w.shape[2:], (column(b),), epilogue, **flat_knobs(s), reduce=True)
     positions = math.prod(d - k + 1 for d, k in zip(x.shape[2:], w.shape[2:]))
     return (sums / positions).astype(x.dtype)
 '''
+
+    def own_knobs(self, config):
+        if config["dtype"] != "bfloat16":  # bf16 gelu is the reference's own precision only at bf16
+            return []
+        return [Knob("epilogue", ("f32", "bf16"), "f32", "f32: bias, gelu and the masked sum over positions on the "
+                     "f32 dot; bf16: gelu in bf16 (as the reference), the masked sum by the MXU (f32 accumulation)")]
 
     def make_inputs(self, config, seed):
         c, dt = config, self.dt(config)
@@ -620,7 +635,7 @@ class Conv2dGroupNormTanhHardSwishResidualAddLogSumExp(ConvWorkload):
     whole_s = True
     default_patches = "hbm"
     template_part = '''
-SCHEDULE = {"block_k": 1024, "buffers": 2, "patches": "hbm"}
+SCHEDULE = {"block_k": 1024, "buffers": 2, "patches": "hbm", "accumulator": "vmem"}
 
 
 def norm_act_lse_epilogue(acc, mask, conv_bias, groups, gn_weight, gn_bias, *, group_size, eps):
@@ -636,8 +651,7 @@ def workload(x, w, conv_bias, gn_weight, gn_bias):
     c = w.shape[0]
     epilogue = functools.partial(norm_act_lse_epilogue, group_size=c // CONFIG["groups"], eps=1e-5)
     params = (column(conv_bias), group_matrix(c, CONFIG["groups"]), column(gn_weight), column(gn_bias))
-    return conv_nd(x, tap_major(w), w.shape[2:], params, epilogue, block_s=None, block_k=s["block_k"],
-                   buffers=s["buffers"], patches=s["patches"], out_rows=1)
+    return conv_nd(x, tap_major(w), w.shape[2:], params, epilogue, block_s=None, **flat_knobs(s), out_rows=1)
 '''
 
     def out_rows(self, config):

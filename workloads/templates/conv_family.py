@@ -126,23 +126,31 @@ def taps_dot(w_ref, x_ref, s, *, bs, offsets, halo, single, concat):
     return acc
 
 
-def conv_kernel(w_ref, p_ref, mask_ref, *refs, epilogue, n_params, reduce, taps):
+def conv_kernel(w_ref, p_ref, mask_ref, *refs, epilogue, n_params, reduce, taps, accumulate):
     params = refs[:n_params]
-    o_ref, acc_ref = refs[n_params], refs[n_params + 1]
+    o_ref, scratch = refs[n_params], refs[n_params + 1:]
     s, k = pl.program_id(1), pl.program_id(2)
     last_k = k == pl.num_programs(2) - 1
 
-    @pl.when(k == 0)
-    def _init():
-        acc_ref[...] = jnp.zeros_like(acc_ref)
+    def block_dot():
+        if taps is None:  # patches from HBM
+            return jnp.dot(w_ref[...], p_ref[...], preferred_element_type=jnp.float32)
+        return taps_dot(w_ref, p_ref, s, **taps)
 
-    if taps is None:  # patches from HBM
-        acc_ref[...] += jnp.dot(w_ref[...], p_ref[...], preferred_element_type=jnp.float32)
-    else:
-        acc_ref[...] += taps_dot(w_ref, p_ref, s, **taps)
+    if accumulate:  # summed over K steps in an f32 scratch
+        acc_ref, scratch = scratch[0], scratch[1:]
 
-    def finished_tile():
-        return epilogue(acc_ref[...], mask_ref[...], *(r[...] for r in params))
+        @pl.when(k == 0)
+        def _init():
+            acc_ref[...] = jnp.zeros_like(acc_ref)
+
+        acc_ref[...] += block_dot()
+
+        def finished_tile():
+            return epilogue(acc_ref[...], mask_ref[...], *(r[...] for r in params))
+    else:  # one K step: the dot goes straight to the epilogue
+        def finished_tile():
+            return epilogue(block_dot(), mask_ref[...], *(r[...] for r in params))
 
     if not reduce:
         @pl.when(last_k)
@@ -150,7 +158,7 @@ def conv_kernel(w_ref, p_ref, mask_ref, *refs, epilogue, n_params, reduce, taps)
             o_ref[...] = finished_tile().astype(o_ref.dtype)
         return
 
-    red_ref = refs[n_params + 2]
+    red_ref = scratch[0]
 
     @pl.when((s == 0) & (k == 0))
     def _init_red():
@@ -166,13 +174,15 @@ def conv_kernel(w_ref, p_ref, mask_ref, *refs, epilogue, n_params, reduce, taps)
 
 
 @functools.partial(jax.jit, static_argnames=("epilogue", "out_rows", "reduce", "bs", "bk", "buffers", "out_dtype",
-                                             "offsets", "sp"))
+                                             "accumulator", "offsets", "sp"))
 def conv_matmul(wm, patches, mask, params, *, epilogue, out_rows, reduce, bs, bk, buffers, out_dtype,
-                offsets=None, sp=None):
+                accumulator="vmem", offsets=None, sp=None):
     """Per batch element: wm (R, KC) @ patches (N, KC, Sp), epilogue fused; or, with the taps'
     ``offsets``, wm (taps, R, C) against the flat input ``patches`` (N, C, L), whose windows
     the kernel slices itself (Sp columns). mask (1, Sp) marks valid columns; params are
-    small 2-D arrays (per-channel (R, 1) columns, ...) given whole to every grid step."""
+    small 2-D arrays (per-channel (R, 1) columns, ...) given whole to every grid step.
+    ``accumulator`` "vmem": the dot is summed into an f32 VMEM scratch, the epilogue reads
+    it back; "none" (one K step only): the dot's value goes to the epilogue directly."""
     pipeline = {} if buffers == 2 else {"pipeline_mode": pl.Buffered(buffers)}
     n = patches.shape[0]
     if offsets is None:
@@ -189,7 +199,8 @@ def conv_matmul(wm, patches, mask, params, *, epilogue, out_rows, reduce, bs, bk
         taps = {"bs": bs, "offsets": offsets, "halo": patches.shape[2] - sp, "single": sp == bs, "concat": concat}
     in_specs = [w_spec, p_spec, pl.BlockSpec((1, bs), lambda b, s, k: (0, s))]
     in_specs += [pl.BlockSpec(p.shape, lambda b, s, k: (0, 0)) for p in params]
-    scratch = [pltpu.VMEM((rows, bs), jnp.float32)]
+    assert accumulator == "vmem" or k_steps == 1, "accumulator='none' needs the contraction in one step"
+    scratch = [pltpu.VMEM((rows, bs), jnp.float32)] if accumulator == "vmem" else []
     if reduce:
         out_spec = pl.BlockSpec((None, out_rows, 1), lambda b, s, k: (b, 0, 0))
         out_shape = jax.ShapeDtypeStruct((n, out_rows, 1), out_dtype)
@@ -199,7 +210,8 @@ def conv_matmul(wm, patches, mask, params, *, epilogue, out_rows, reduce, bs, bk
         out_spec = pl.BlockSpec((None, out_rows, bs), lambda b, s, k: (b, 0, s))
         out_shape = jax.ShapeDtypeStruct((n, out_rows, sp), out_dtype)
         semantics = ("parallel", "parallel", "arbitrary")
-    kernel = functools.partial(conv_kernel, epilogue=epilogue, n_params=len(params), reduce=reduce, taps=taps)
+    kernel = functools.partial(conv_kernel, epilogue=epilogue, n_params=len(params), reduce=reduce, taps=taps,
+                               accumulate=accumulator == "vmem")
     return pl.pallas_call(
         kernel,
         grid=(n, sp // bs, k_steps),
@@ -211,19 +223,20 @@ def conv_matmul(wm, patches, mask, params, *, epilogue, out_rows, reduce, bs, bk
     )(wm, patches, mask, *params)
 
 
-def conv_nd(x, wm, ksize, params, epilogue, *, block_s, block_k, buffers, patches="hbm", out_rows=None,
-            reduce=False, out_dtype=None):
+def conv_nd(x, wm, ksize, params, epilogue, *, block_s, block_k, buffers, patches="hbm", accumulator="vmem",
+            out_rows=None, reduce=False, out_dtype=None):
     """Stride-1 VALID conv of x (N, Cin, *spatial) with the tap-major matrix wm (R, taps*Cin),
     ``epilogue`` fused. Returns (N, out_rows, *out_spatial) in tile mode, (N, out_rows) f32
     sums in reduce mode. block_s=None: one block spans all output positions.
     patches="hbm": XLA writes the patches, the kernel streams them in K blocks (block_k at
     least the contraction: all of it in one step; below it, the contraction is zero-padded
     to a multiple of 128 that block_k must divide). patches="vmem": the kernel keeps each
-    sample's flat input in VMEM and slices the taps itself (block_k unused)."""
+    sample's flat input in VMEM and slices the taps itself (block_k unused). ``accumulator``:
+    see ``conv_matmul``."""
     offsets, wide, out, sp, mask = flat_geometry(x.shape, ksize, block_s)
     bs = sp if block_s is None else block_s
     rows = wm.shape[0] if out_rows is None else out_rows
-    common = dict(epilogue=epilogue, out_rows=rows, reduce=reduce, bs=bs, buffers=buffers,
+    common = dict(epilogue=epilogue, out_rows=rows, reduce=reduce, bs=bs, buffers=buffers, accumulator=accumulator,
                   out_dtype=jnp.float32 if reduce else (out_dtype or x.dtype))
     if patches in ("vmem", "vmem_im2col"):
         halo = round_up(offsets[-1], 128)
@@ -240,6 +253,11 @@ def conv_nd(x, wm, ksize, params, epilogue, *, block_s, block_k, buffers, patche
         return y[:, :, 0]
     y = y[:, :, :math.prod(wide)].reshape(y.shape[0], rows, *wide)
     return y[(slice(None), slice(None)) + tuple(slice(0, o) for o in out)]
+
+
+def flat_knobs(s):
+    """The flat kernel's knobs in a SCHEDULE, as ``conv_nd``'s keyword arguments."""
+    return {key: s[key] for key in ("block_s", "block_k", "buffers", "patches", "accumulator") if key in s}
 
 
 def conv2d_hwnc_kernel(w_ref, x_ref, halo_ref, *refs, epilogue, n_params, stats):
