@@ -157,7 +157,7 @@ def _check_best(env, found: list) -> dict:
 
     failures, distinct = [], {}
     for _, schedule in found:
-        distinct.setdefault(schedule_key(schedule), schedule)
+        distinct.setdefault(schedule_key(schedule, env.schedule_space), schedule)
     for schedule in list(distinct.values())[:CHECKS]:
         result = env.evaluator.evaluate(Candidate(env.workload.template_source(), schedule))
         if result.ok:

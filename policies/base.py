@@ -13,8 +13,12 @@ from typing import Any, Callable, Iterator, Mapping
 import numpy as np
 
 
-def schedule_key(schedule: Mapping[str, Any]) -> tuple:
-    return tuple(sorted(schedule.items()))
+def schedule_key(schedule: Mapping[str, Any], space=None) -> tuple:
+    """A hashable key of ``schedule``; with its ``space``, leaving out the knobs the schedule
+    leaves unused (``space.inert``), so schedules that build the same program share one key
+    and a search does not spend a step on a program it has priced."""
+    inert = space.inert(schedule) if space is not None else ()
+    return tuple(sorted((k, v) for k, v in schedule.items() if k not in inert))
 
 
 def local_moves(space, schedule: Mapping[str, Any]) -> Iterator[dict]:

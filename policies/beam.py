@@ -66,10 +66,10 @@ class ScheduleMoves:
         space = env.unwrapped.schedule_space
         out = []
         for m in members:
-            self.seen.add(schedule_key(m.schedule))
-            moves = [s for s in local_moves(space, m.schedule) if schedule_key(s) not in self.seen]
+            self.seen.add(schedule_key(m.schedule, space))
+            moves = [s for s in local_moves(space, m.schedule) if schedule_key(s, space) not in self.seen]
             for move in moves[:self.expand] if self.expand is not None else moves:
-                self.seen.add(schedule_key(move))
+                self.seen.add(schedule_key(move, space))
                 out.append((m, Proposal(m.source, move, f"schedule {move}")))
         return out
 

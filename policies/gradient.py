@@ -63,8 +63,8 @@ class GradientPolicy(Policy):
         ranked, seen = [], set()
         for group in (rounded, neighbours):
             for schedule in sorted(group, key=lambda s: float(model.time(np.log2([s[k] for k in model.knobs])))):
-                if schedule_key(schedule) not in seen:
-                    seen.add(schedule_key(schedule))
+                if schedule_key(schedule, space) not in seen:
+                    seen.add(schedule_key(schedule, space))
                     ranked.append(schedule)
         return ranked
 
@@ -72,18 +72,19 @@ class GradientPolicy(Policy):
         u = env.unwrapped
         if u.action_mode == "source":
             raise ValueError("GradientPolicy needs action_mode 'schedule' or 'both'")
+        space = u.schedule_space
         if self._queue is None:
-            self._tried.add(schedule_key(u.schedule))
+            self._tried.add(schedule_key(u.schedule, space))
             self._queue = self.proposals(env)[:self.max_proposals]
         while self._queue:
             schedule = self._queue.pop(0)
-            if schedule_key(schedule) not in self._tried:
-                self._tried.add(schedule_key(schedule))
+            if schedule_key(schedule, space) not in self._tried:
+                self._tried.add(schedule_key(schedule, space))
                 return schedule_action(env, schedule)
         best = u.best[1] if u.best else u.schedule
-        for schedule in local_moves(u.schedule_space, best):
-            if schedule_key(schedule) not in self._tried:
-                self._tried.add(schedule_key(schedule))
+        for schedule in local_moves(space, best):
+            if schedule_key(schedule, space) not in self._tried:
+                self._tried.add(schedule_key(schedule, space))
                 return schedule_action(env, schedule)
         return schedule_action(env, best)
 

@@ -39,12 +39,12 @@ class GreedyPolicy(Policy):
         u = env.unwrapped
         if u.action_mode == "source":
             raise ValueError("GreedyPolicy needs action_mode 'schedule' or 'both'")
-        base = self._base(u)
-        self.tried.add(schedule_key(base))
+        base, space = self._base(u), u.schedule_space
+        self.tried.add(schedule_key(base, space))
         for h in u.history:
-            self.tried.add(schedule_key(h["schedule"]))
-        for cand in local_moves(u.schedule_space, base):
-            key = schedule_key(cand)
+            self.tried.add(schedule_key(h["schedule"], space))
+        for cand in local_moves(space, base):
+            key = schedule_key(cand, space)
             if key not in self.tried:
                 self.tried.add(key)
                 return schedule_action(env, cand)

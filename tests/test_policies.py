@@ -141,3 +141,20 @@ def test_local_moves_leave_knobs_the_schedule_does_not_use():
     assert moves and all(m["block_k"] == whole_k["block_k"] for m in moves if m["accumulator"] == "none")
     assert {**whole_k, "x_panel": "prefetched"} in moves[:8]
     assert any(m["accumulator"] == "vmem" for m in moves)
+
+
+def test_schedules_that_build_one_program_share_a_key():
+    """The gradient policy's first proposals on 39k (2026-12-06) were block_k values with the
+    patches in VMEM, where block_k is unused: six of its 24 evaluations priced one kernel. With
+    the space, the key leaves unused knobs out, so searches and the final checks skip them."""
+    import workloads
+    from policies.base import schedule_key
+
+    space = workloads.get("conv2d_gelu_globalavgpool").schedule_space()
+    vmem = {**space.default(), "patches": "vmem"}
+    assert schedule_key(vmem, space) == schedule_key({**vmem, "block_k": 128}, space)
+    assert schedule_key(vmem) != schedule_key({**vmem, "block_k": 128})  # without the space: every knob
+    assert schedule_key(vmem, space) != schedule_key({**vmem, "patches": "vmem_im2col"}, space)
+    space18 = workloads.get("conv2d_relu_biasadd").schedule_space()
+    hbm = {**space18.default(), "patches": "hbm"}  # block_k then tiles the contraction (576)
+    assert schedule_key(hbm, space18) != schedule_key({**hbm, "block_k": 128}, space18)

@@ -114,7 +114,9 @@ def test_bench_writes_the_table_figures_and_plot_and_resumes(cli, tmp_path):
 
 
 def test_timing_only_checks_each_fast_schedule_once():
-    """A search out of moves re-proposes its best; the check goes on to the next schedule."""
+    """A search out of moves re-proposes its best; the check goes on to the next schedule.
+    Schedules that differ only in knobs they leave unused (``inert``) are one program."""
+    from action_space.schedule import Knob, ScheduleSpace
 
     class Failing:
         seen = []
@@ -123,9 +125,12 @@ def test_timing_only_checks_each_fast_schedule_once():
             self.seen.append(candidate.schedule)
             return type("R", (), {"ok": False, "error": "wrong result", "speedup": None})()
 
-    env = type("Env", (), {"evaluator": Failing(), "workload": type("W", (), {"template_source": lambda: "x"})})()
-    a, b, c, d = ({"block": v} for v in (1, 2, 3, 4))
-    out = suite._check_best(env, [(2.0, a), (2.0, dict(a)), (1.9, b), (1.9, b), (1.5, c), (1.2, d)])
+    space = ScheduleSpace([Knob("block", (1, 2, 3, 4), 1), Knob("pad", (0, 1), 0)], inert=lambda s: {"pad"})
+    env = type("Env", (), {"evaluator": Failing(), "schedule_space": space,
+                           "workload": type("W", (), {"template_source": lambda: "x"})})()
+    a, b, c, d = ({"block": v, "pad": 0} for v in (1, 2, 3, 4))
+    found = [(2.0, a), (2.0, dict(a)), (1.95, {**a, "pad": 1}), (1.9, b), (1.9, b), (1.5, c), (1.2, d)]
+    out = suite._check_best(env, found)
     assert Failing.seen == [a, b, c] and [f["schedule"] for f in out["check_failures"]] == [a, b, c]
     assert out["best_speedup"] is None
 
