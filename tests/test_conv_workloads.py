@@ -242,6 +242,9 @@ def test_space_rejects_impossible_schedules():
     assert space18.check({**space18.default(), "accumulator": "none"}) is None
     assert "one step" in space18.check({**hbm, "block_k": 128, "accumulator": "none"})
     assert space18.check({**hbm, "block_k": 1024, "accumulator": "none"}) is None
+    # Zero channels up to whole sublane tiles only where the input's channels are not (25k's 3).
+    assert "pad_cin" in CLASSES["25k"]().schedule_space().names
+    assert "pad_cin" not in CLASSES["39k"]().schedule_space().names
     # gelu in bf16 is 39k's reference precision only for bf16 inputs.
     assert "epilogue" in CLASSES["39k"]().schedule_space().names
     assert "epilogue" not in CLASSES["39k"]({"dtype": "float32"}).schedule_space().names
@@ -352,6 +355,9 @@ SCHEDULES = [
     ("28k", {"block_s": 512, "patches": "hbm", "accumulator": "none"}),
     # gelu in bf16, the masked sums by the MXU.
     ("39k", {"block_s": 256, "patches": "vmem_im2col", "accumulator": "none", "epilogue": "bf16"}),
+    # 3 input channels padded to 8 (stacked, and as HBM patches); the group norm's mean from sums.
+    ("25k", {"pad_cin": 8, "patches": "vmem_im2col", "epilogue": "sums"}),
+    ("25k", {"pad_cin": 8, "patches": "hbm", "block_k": 256}),
 ]
 
 

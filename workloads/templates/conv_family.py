@@ -79,15 +79,16 @@ def flat_geometry(shape, ksize, block_s):
     return offsets, wide, out, spad, jnp.asarray(mask)
 
 
-def flat_input(x, length):
-    """x (N, C, *spatial) flattened over its spatial dims and zero-padded to ``length``."""
+def flat_input(x, length, channels):
+    """x (N, C, *spatial) flattened over its spatial dims, zero-padded to ``length`` columns
+    and ``channels`` rows (one pad)."""
     xf = x.reshape(x.shape[0], x.shape[1], -1)
-    return jnp.pad(xf, ((0, 0), (0, 0), (0, length - xf.shape[2])))
+    return jnp.pad(xf, ((0, 0), (0, channels - xf.shape[1]), (0, length - xf.shape[2])))
 
 
-def flat_patches(x, offsets, spad):
+def flat_patches(x, offsets, spad, channels):
     """The patches (N, taps*C, Sp) in HBM: one shifted slice of the flat input per tap."""
-    xf = flat_input(x, spad + offsets[-1])
+    xf = flat_input(x, spad + offsets[-1], channels)
     n, c, _ = xf.shape
     return jnp.stack([xf[:, :, o:o + spad] for o in offsets], axis=1).reshape(n, len(offsets) * c, spad)
 
@@ -113,9 +114,9 @@ def taps_dot(w_ref, x_ref, s, *, bs, offsets, halo, single, concat):
     start = 0 if single else pl.multiple_of(s * bs, 128)
     win = x_ref[:, pl.ds(start, bs + halo)]
     if concat:
-        # bf16 rows are packed in pairs: slices of an odd channel count split the pairs, so
-        # they are stacked in f32 (25k's 27 three-row slices: predicted 25% faster).
-        odd = win.dtype.itemsize == 2 and win.shape[0] % 2
+        # bf16 rows are packed in pairs, 16 to a tile: slices of fewer channels split the
+        # tiles, so they are stacked in f32 (25k's 27 three-row slices: predicted 25% faster).
+        odd = win.dtype.itemsize == 2 and win.shape[0] % 16
         parts = win.astype(jnp.float32) if odd else win
         patch = jnp.concatenate([parts[:, o:o + bs] for o in offsets], axis=0).astype(win.dtype)
         return jnp.dot(w_ref[...], patch, preferred_element_type=jnp.float32)
@@ -224,7 +225,7 @@ def conv_matmul(wm, patches, mask, params, *, epilogue, out_rows, reduce, bs, bk
 
 
 def conv_nd(x, wm, ksize, params, epilogue, *, block_s, block_k, buffers, patches="hbm", accumulator="vmem",
-            out_rows=None, reduce=False, out_dtype=None):
+            pad_cin=1, out_rows=None, reduce=False, out_dtype=None):
     """Stride-1 VALID conv of x (N, Cin, *spatial) with the tap-major matrix wm (R, taps*Cin),
     ``epilogue`` fused. Returns (N, out_rows, *out_spatial) in tile mode, (N, out_rows) f32
     sums in reduce mode. block_s=None: one block spans all output positions.
@@ -232,7 +233,11 @@ def conv_nd(x, wm, ksize, params, epilogue, *, block_s, block_k, buffers, patche
     least the contraction: all of it in one step; below it, the contraction is zero-padded
     to a multiple of 128 that block_k must divide). patches="vmem": the kernel keeps each
     sample's flat input in VMEM and slices the taps itself (block_k unused). ``accumulator``:
-    see ``conv_matmul``."""
+    see ``conv_matmul``. ``pad_cin``: the input channels zero-padded to a multiple of it,
+    with zero weights, so each tap's slice is whole f32 sublane tiles."""
+    cin, channels = x.shape[1], round_up(x.shape[1], pad_cin)
+    if channels > cin:
+        wm = jnp.pad(wm.reshape(wm.shape[0], -1, cin), ((0, 0), (0, 0), (0, channels - cin))).reshape(wm.shape[0], -1)
     offsets, wide, out, sp, mask = flat_geometry(x.shape, ksize, block_s)
     bs = sp if block_s is None else block_s
     rows = wm.shape[0] if out_rows is None else out_rows
@@ -241,10 +246,10 @@ def conv_nd(x, wm, ksize, params, epilogue, *, block_s, block_k, buffers, patche
     if patches in ("vmem", "vmem_im2col"):
         halo = round_up(offsets[-1], 128)
         wt = wm if patches == "vmem_im2col" else wm.reshape(wm.shape[0], len(offsets), -1).transpose(1, 0, 2)
-        y = conv_matmul(wt, flat_input(x, sp + halo), mask, tuple(params), bk=None, offsets=offsets, sp=sp,
+        y = conv_matmul(wt, flat_input(x, sp + halo, channels), mask, tuple(params), bk=None, offsets=offsets, sp=sp,
                         **common)
     else:
-        p = flat_patches(x, offsets, sp)
+        p = flat_patches(x, offsets, sp, channels)
         kc = wm.shape[1]
         kcp = kc if block_k >= kc else round_up(kc, 128)
         y = conv_matmul(wm if kcp == kc else pad_to(wm, 1, kcp), p if kcp == kc else pad_to(p, 1, kcp), mask,
@@ -257,7 +262,7 @@ def conv_nd(x, wm, ksize, params, epilogue, *, block_s, block_k, buffers, patche
 
 def flat_knobs(s):
     """The flat kernel's knobs in a SCHEDULE, as ``conv_nd``'s keyword arguments."""
-    return {key: s[key] for key in ("block_s", "block_k", "buffers", "patches", "accumulator") if key in s}
+    return {key: s[key] for key in ("block_s", "block_k", "buffers", "patches", "accumulator", "pad_cin") if key in s}
 
 
 def conv2d_hwnc_kernel(w_ref, x_ref, halo_ref, *refs, epilogue, n_params, stats):
