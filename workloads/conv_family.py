@@ -161,9 +161,9 @@ class ConvWorkload(KernelBenchWorkload):
         if schedule["patches"] in ("vmem", "vmem_im2col"):
             length = self.flat_input_length(config, bs)
             # The patch tile; taps_dot stacks bf16 slices that are not whole packed tiles in f32.
-            odd = jnp.dtype(dt).itemsize == 2 and cin % 16
+            split_tiles = jnp.dtype(dt).itemsize == 2 and cin % 16
             stacked = 0 if schedule["patches"] != "vmem_im2col" else \
-                tile_bytes((kc, bs), dt) + (tile_bytes((kc, bs), "float32") if odd else 0)
+                tile_bytes((kc, bs), dt) + (tile_bytes((kc, bs), "float32") if split_tiles else 0)
             return (schedule["buffers"] * tile_bytes((cin, length), dt) + taps * tile_bytes((rows, cin), dt)
                     + 2 * tile_bytes((cin, length - round_up(s, bs) + bs), dt) + stacked + common)
         bk = min(schedule["block_k"], kc)

@@ -116,8 +116,8 @@ def taps_dot(w_ref, x_ref, s, *, bs, offsets, halo, single, concat):
     if concat:
         # bf16 rows are packed in pairs, 16 to a tile: slices of fewer channels split the
         # tiles, so they are stacked in f32 (25k's 27 three-row slices: predicted 25% faster).
-        odd = win.dtype.itemsize == 2 and win.shape[0] % 16
-        parts = win.astype(jnp.float32) if odd else win
+        split_tiles = win.dtype.itemsize == 2 and win.shape[0] % 16
+        parts = win.astype(jnp.float32) if split_tiles else win
         patch = jnp.concatenate([parts[:, o:o + bs] for o in offsets], axis=0).astype(win.dtype)
         return jnp.dot(w_ref[...], patch, preferred_element_type=jnp.float32)
     acc = None
