@@ -248,6 +248,12 @@ def test_space_rejects_impossible_schedules():
     # gelu in bf16 is 39k's reference precision only for bf16 inputs.
     assert "epilogue" in CLASSES["39k"]().schedule_space().names
     assert "epilogue" not in CLASSES["39k"]({"dtype": "float32"}).schedule_space().names
+    # The kernel flattens the input only for the stacked taps and whole lane rows.
+    space39 = CLASSES["39k"]().schedule_space()
+    assert "flatten" in space39.check({**space39.default(), "flatten": "kernel"})  # patches=vmem
+    assert space39.check({**space39.default(), "flatten": "kernel", "patches": "vmem_im2col"}) is None
+    narrow = CLASSES["39k"]({"width": 200}).schedule_space()
+    assert "flatten" in narrow.check({**narrow.default(), "flatten": "kernel", "patches": "vmem_im2col"})
     space28 = CLASSES["28k"]().schedule_space()
     assert "VMEM" in space28.check({**space28.default(), "block_s": 8192, "patches": "hbm"})
     # Whole-image blocks do not fit VMEM for large images, whatever the schedule.
@@ -355,6 +361,8 @@ SCHEDULES = [
     ("28k", {"block_s": 512, "patches": "hbm", "accumulator": "none"}),
     # gelu in bf16, the masked sums by the MXU.
     ("39k", {"block_s": 256, "patches": "vmem_im2col", "accumulator": "none", "epilogue": "bf16"}),
+    # The kernel flattens each sample's input itself (no relayout copy in XLA).
+    ("39k", {"block_s": 1024, "patches": "vmem_im2col", "flatten": "kernel"}),
     # 3 input channels padded to 8 (stacked, and as HBM patches); the group norm's mean from sums.
     ("25k", {"pad_cin": 8, "patches": "vmem_im2col", "epilogue": "sums"}),
     ("25k", {"pad_cin": 8, "patches": "hbm", "block_k": 256}),

@@ -164,6 +164,11 @@ class ConvWorkload(KernelBenchWorkload):
             split_tiles = jnp.dtype(dt).itemsize == 2 and cin % 16
             stacked = 0 if schedule["patches"] != "vmem_im2col" else \
                 tile_bytes((kc, bs), dt) + (tile_bytes((kc, bs), "float32") if split_tiles else 0)
+            if schedule.get("flatten") == "kernel":  # the (C, H, W) input blocks, and the f32 flat rows
+                length = self.flat_input_length(config, bs)
+                flat = tile_bytes((cin, length), "float32")
+                return (schedule["buffers"] * tile_bytes((cin, config["height"], config["width"]), dt) + flat
+                        + taps * tile_bytes((rows, cin), dt) + stacked + common)
             return (schedule["buffers"] * tile_bytes((cin, length), dt) + taps * tile_bytes((rows, cin), dt)
                     + 2 * tile_bytes((cin, length - round_up(s, bs) + bs), dt) + stacked + common)
         bk = min(schedule["block_k"], kc)
@@ -211,6 +216,10 @@ class ConvWorkload(KernelBenchWorkload):
             if s["patches"] == "hbm" and s["block_k"] < depth and round_up(depth, 128) % s["block_k"]:
                 return (f"block_k={s['block_k']} does not divide the contraction {depth} padded to "
                         f"{round_up(depth, 128)}")
+            if s.get("flatten") == "kernel" and (s["patches"] != "vmem_im2col" or config["width"] % 128
+                                                  or config["height"] % 16):
+                return (f"flatten=kernel needs patches=vmem_im2col, width a multiple of 128 and height of 16 "
+                        f"(here {config['height']} x {config['width']})")
             if s.get("accumulator") == "none" and s["patches"] == "hbm" and s["block_k"] < depth:
                 return (f"accumulator=none needs the contraction in one step: patches from VMEM, or block_k >= "
                         f"{depth}, not {s['block_k']}")

@@ -572,8 +572,9 @@ class Conv2dGeluGlobalAvgPool(ConvWorkload):
     Inputs: x (128,8,256,256) from K0; w (64,8,3,3), b (64,) N*0.02 from split(KB,2).
     Output (128,64), tolerance 1e-2/1e-2. The kernel sums gelu over the S blocks of each
     sample (columns beyond S masked out) and the glue divides by S.
-    Check size: batch 2, 30x30 (28 x 30 = 840 wide positions: wrap-around columns and a
-    padded last S block at every block_s, both masked out of the sums).
+    Check size: batch 2, 32x128 (30 x 128 = 3840 wide positions: wrap-around columns and a
+    padded last S block at most block_s values, both masked out of the sums; the width a
+    multiple of 128 and the height of 16, so ``flatten=kernel`` is checked with its own rows).
     Knob ``epilogue`` (bf16 configs): "f32" (the bias, gelu and masked sum on the f32 dot) or
     "bf16" (gelu in bf16, the precision the reference computes it in, and the masked sum over
     the columns by the MXU, accumulated in f32): fewer vector ops per output where gelu over
@@ -586,11 +587,12 @@ class Conv2dGeluGlobalAvgPool(ConvWorkload):
     description = "conv2d 3x3, gelu, global average pool (KB L2 #67)"
     defaults = {"batch_size": 128, "in_channels": 8, "out_channels": 64, "kernel_size": 3,
                 "height": 256, "width": 256, "dtype": "bfloat16"}
-    check_overrides = {"batch_size": 2, "height": 30, "width": 30}
+    check_overrides = {"batch_size": 2, "height": 32, "width": 128}
     reduce_s = True
     default_block_s = 8192
     template_part = '''
-SCHEDULE = {"block_s": 8192, "block_k": 1024, "buffers": 2, "patches": "vmem", "accumulator": "vmem", "epilogue": "f32"}
+SCHEDULE = {"block_s": 8192, "block_k": 1024, "buffers": 2, "patches": "vmem", "accumulator": "vmem", "flatten": "xla",
+            "epilogue": "f32"}
 
 
 def gelu_sum_epilogue(acc, mask, bias):
@@ -613,10 +615,14 @@ def workload(x, w, b):
 '''
 
     def own_knobs(self, config):
+        flatten = Knob("flatten", ("xla", "kernel"), "xla", "where each sample's input becomes the flat rows the "
+                       "taps slice: in XLA glue (a relayout copy and a pad), or by the kernel into f32 VMEM "
+                       "(patches=vmem_im2col, width a multiple of 128, height of 16)")
         if config["dtype"] != "bfloat16":  # bf16 gelu is the reference's own precision only at bf16
-            return []
-        return [Knob("epilogue", ("f32", "bf16"), "f32", "f32: bias, gelu and the masked sum over positions on the "
-                     "f32 dot; bf16: gelu in bf16 (as the reference), the masked sum by the MXU (f32 accumulation)")]
+            return [flatten]
+        return [flatten, Knob("epilogue", ("f32", "bf16"), "f32", "f32: bias, gelu and the masked sum over "
+                              "positions on the f32 dot; bf16: gelu in bf16 (as the reference), the masked sum by "
+                              "the MXU (f32 accumulation)")]
 
     def make_inputs(self, config, seed):
         c, dt = config, self.dt(config)

@@ -118,7 +118,7 @@ def taps_dot(w_ref, x_ref, s, *, bs, offsets, halo, single, concat):
         # tiles, so they are stacked in f32 (25k's 27 three-row slices: predicted 25% faster).
         split_tiles = win.dtype.itemsize == 2 and win.shape[0] % 16
         parts = win.astype(jnp.float32) if split_tiles else win
-        patch = jnp.concatenate([parts[:, o:o + bs] for o in offsets], axis=0).astype(win.dtype)
+        patch = jnp.concatenate([parts[:, o:o + bs] for o in offsets], axis=0).astype(w_ref.dtype)
         return jnp.dot(w_ref[...], patch, preferred_element_type=jnp.float32)
     acc = None
     for t, o in enumerate(offsets):
@@ -127,16 +127,40 @@ def taps_dot(w_ref, x_ref, s, *, bs, offsets, halo, single, concat):
     return acc
 
 
-def conv_kernel(w_ref, p_ref, mask_ref, *refs, epilogue, n_params, reduce, taps, accumulate):
+def flatten_sample(x_ref, flat_ref):
+    """A sample's (C, H, W) input as the flat (C, H*W, then zeros) f32 rows the taps slice:
+    16 rows (a bf16 tile) loaded at a time, each stored at its W-wide lane offset."""
+    c, h, wd = x_ref.shape
+    flat_ref[:, h * wd:] = jnp.zeros((c, flat_ref.shape[1] - h * wd), jnp.float32)
+
+    def rows(i, carry):
+        base = pl.multiple_of(i * 16, 16)
+        chunk = x_ref[:, pl.ds(base, 16), :].astype(jnp.float32)
+        for r in range(16):
+            flat_ref[:, pl.ds(pl.multiple_of((base + r) * wd, 128), wd)] = chunk[:, r, :]
+        return carry
+
+    jax.lax.fori_loop(0, h // 16, rows, 0)
+
+
+def conv_kernel(w_ref, p_ref, mask_ref, *refs, epilogue, n_params, reduce, taps, accumulate, flatten):
     params = refs[:n_params]
     o_ref, scratch = refs[n_params], refs[n_params + 1:]
     s, k = pl.program_id(1), pl.program_id(2)
     last_k = k == pl.num_programs(2) - 1
+    if flatten:  # p_ref is the sample's (C, H, W) input; its flat rows live in the last scratch
+        x_ref, scratch = scratch[-1], scratch[:-1]
+
+        @pl.when((s == 0) & (k == 0))
+        def _flatten():
+            flatten_sample(p_ref, x_ref)
+    else:
+        x_ref = p_ref
 
     def block_dot():
         if taps is None:  # patches from HBM
             return jnp.dot(w_ref[...], p_ref[...], preferred_element_type=jnp.float32)
-        return taps_dot(w_ref, p_ref, s, **taps)
+        return taps_dot(w_ref, x_ref, s, **taps)
 
     if accumulate:  # summed over K steps in an f32 scratch
         acc_ref, scratch = scratch[0], scratch[1:]
@@ -175,15 +199,18 @@ def conv_kernel(w_ref, p_ref, mask_ref, *refs, epilogue, n_params, reduce, taps,
 
 
 @functools.partial(jax.jit, static_argnames=("epilogue", "out_rows", "reduce", "bs", "bk", "buffers", "out_dtype",
-                                             "accumulator", "offsets", "sp"))
+                                             "accumulator", "offsets", "sp", "flat_length"))
 def conv_matmul(wm, patches, mask, params, *, epilogue, out_rows, reduce, bs, bk, buffers, out_dtype,
-                accumulator="vmem", offsets=None, sp=None):
+                accumulator="vmem", offsets=None, sp=None, flat_length=None):
     """Per batch element: wm (R, KC) @ patches (N, KC, Sp), epilogue fused; or, with the taps'
     ``offsets``, wm (taps, R, C) against the flat input ``patches`` (N, C, L), whose windows
     the kernel slices itself (Sp columns). mask (1, Sp) marks valid columns; params are
     small 2-D arrays (per-channel (R, 1) columns, ...) given whole to every grid step.
     ``accumulator`` "vmem": the dot is summed into an f32 VMEM scratch, the epilogue reads
-    it back; "none" (one K step only): the dot's value goes to the epilogue directly."""
+    it back; "none" (one K step only): the dot's value goes to the epilogue directly. With
+    ``flat_length``, ``patches`` is the (N, C, H, W) input itself, flattened by the kernel
+    at each sample's first step into an f32 (C, flat_length) scratch (W a multiple of 128,
+    H of 16), so the S axis runs in order."""
     pipeline = {} if buffers == 2 else {"pipeline_mode": pl.Buffered(buffers)}
     n = patches.shape[0]
     if offsets is None:
@@ -195,9 +222,11 @@ def conv_matmul(wm, patches, mask, params, *, epilogue, out_rows, reduce, bs, bk
         concat = wm.ndim == 2  # (R, taps*C) weights: one dot over the stacked taps
         rows = wm.shape[0] if concat else wm.shape[1]
         w_spec = pl.BlockSpec(wm.shape, lambda b, s, k: (0,) * wm.ndim)
-        p_spec = pl.BlockSpec((None, *patches.shape[1:]), lambda b, s, k: (b, 0, 0), **pipeline)
+        p_spec = pl.BlockSpec((None, *patches.shape[1:]), lambda b, s, k: (b,) + (0,) * (patches.ndim - 1),
+                              **pipeline)
         k_steps = 1
-        taps = {"bs": bs, "offsets": offsets, "halo": patches.shape[2] - sp, "single": sp == bs, "concat": concat}
+        length = flat_length or patches.shape[2]
+        taps = {"bs": bs, "offsets": offsets, "halo": length - sp, "single": sp == bs, "concat": concat}
     in_specs = [w_spec, p_spec, pl.BlockSpec((1, bs), lambda b, s, k: (0, s))]
     in_specs += [pl.BlockSpec(p.shape, lambda b, s, k: (0, 0)) for p in params]
     assert accumulator == "vmem" or k_steps == 1, "accumulator='none' needs the contraction in one step"
@@ -210,9 +239,11 @@ def conv_matmul(wm, patches, mask, params, *, epilogue, out_rows, reduce, bs, bk
     else:
         out_spec = pl.BlockSpec((None, out_rows, bs), lambda b, s, k: (b, 0, s))
         out_shape = jax.ShapeDtypeStruct((n, out_rows, sp), out_dtype)
-        semantics = ("parallel", "parallel", "arbitrary")
+        semantics = ("parallel", "arbitrary" if flat_length else "parallel", "arbitrary")
+    if flat_length:
+        scratch.append(pltpu.VMEM((patches.shape[1], flat_length), jnp.float32))
     kernel = functools.partial(conv_kernel, epilogue=epilogue, n_params=len(params), reduce=reduce, taps=taps,
-                               accumulate=accumulator == "vmem")
+                               accumulate=accumulator == "vmem", flatten=bool(flat_length))
     return pl.pallas_call(
         kernel,
         grid=(n, sp // bs, k_steps),
@@ -225,7 +256,7 @@ def conv_matmul(wm, patches, mask, params, *, epilogue, out_rows, reduce, bs, bk
 
 
 def conv_nd(x, wm, ksize, params, epilogue, *, block_s, block_k, buffers, patches="hbm", accumulator="vmem",
-            pad_cin=1, out_rows=None, reduce=False, out_dtype=None):
+            pad_cin=1, flatten="xla", out_rows=None, reduce=False, out_dtype=None):
     """Stride-1 VALID conv of x (N, Cin, *spatial) with the tap-major matrix wm (R, taps*Cin),
     ``epilogue`` fused. Returns (N, out_rows, *out_spatial) in tile mode, (N, out_rows) f32
     sums in reduce mode. block_s=None: one block spans all output positions.
@@ -234,7 +265,9 @@ def conv_nd(x, wm, ksize, params, epilogue, *, block_s, block_k, buffers, patche
     to a multiple of 128 that block_k must divide). patches="vmem": the kernel keeps each
     sample's flat input in VMEM and slices the taps itself (block_k unused). ``accumulator``:
     see ``conv_matmul``. ``pad_cin``: the input channels zero-padded to a multiple of it,
-    with zero weights, so each tap's slice is whole f32 sublane tiles."""
+    with zero weights, so each tap's slice is whole f32 sublane tiles. ``flatten`` "kernel"
+    (2-D, patches="vmem_im2col", no channel padding): the kernel flattens each sample's input
+    itself (``conv_matmul``'s ``flat_length``), with no relayout copy and pad in XLA."""
     cin, channels = x.shape[1], round_up(x.shape[1], pad_cin)
     if channels > cin:
         wm = jnp.pad(wm.reshape(wm.shape[0], -1, cin), ((0, 0), (0, 0), (0, channels - cin))).reshape(wm.shape[0], -1)
@@ -246,8 +279,13 @@ def conv_nd(x, wm, ksize, params, epilogue, *, block_s, block_k, buffers, patche
     if patches in ("vmem", "vmem_im2col"):
         halo = round_up(offsets[-1], 128)
         wt = wm if patches == "vmem_im2col" else wm.reshape(wm.shape[0], len(offsets), -1).transpose(1, 0, 2)
-        y = conv_matmul(wt, flat_input(x, sp + halo, channels), mask, tuple(params), bk=None, offsets=offsets, sp=sp,
-                        **common)
+        if flatten == "kernel":
+            assert patches == "vmem_im2col" and x.ndim == 4 and channels == cin, "flatten='kernel' takes 2-D im2col"
+            y = conv_matmul(wt, x, mask, tuple(params), bk=None, offsets=offsets, sp=sp, flat_length=sp + halo,
+                            **common)
+        else:
+            y = conv_matmul(wt, flat_input(x, sp + halo, channels), mask, tuple(params), bk=None, offsets=offsets,
+                            sp=sp, **common)
     else:
         p = flat_patches(x, offsets, sp, channels)
         kc = wm.shape[1]
@@ -262,7 +300,8 @@ def conv_nd(x, wm, ksize, params, epilogue, *, block_s, block_k, buffers, patche
 
 def flat_knobs(s):
     """The flat kernel's knobs in a SCHEDULE, as ``conv_nd``'s keyword arguments."""
-    return {key: s[key] for key in ("block_s", "block_k", "buffers", "patches", "accumulator", "pad_cin") if key in s}
+    knobs = ("block_s", "block_k", "buffers", "patches", "accumulator", "pad_cin", "flatten")
+    return {key: s[key] for key in knobs if key in s}
 
 
 def conv2d_hwnc_kernel(w_ref, x_ref, halo_ref, *refs, epilogue, n_params, stats):
