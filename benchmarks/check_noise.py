@@ -42,7 +42,7 @@ def check_program(wl, source: str):
             return {"error": manifest["error"], "details": {}}
         details = {"check_rung": manifest["rung"]}
         try:
-            programs, config, _ = judge.verify_request(wl, {**request, "artifacts": blobs, "rung": manifest["rung"]})
+            programs, config, *_ = judge.verify_request(wl, {**request, "artifacts": blobs, "rung": manifest["rung"]})
         except judge.Rejected as e:
             return {"error": str(e), "details": {**details, "size_boundary": isinstance(e, judge.SizeBoundary)}}
         return {"error": None, "details": details, "built": (programs["check_cpu"], config)}

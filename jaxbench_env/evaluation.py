@@ -183,6 +183,9 @@ class Evaluator:
     def _judge_candidate(self, request: dict, candidate: Candidate, compile_only: bool, expert_unchecked: bool) -> dict:
         """Build the candidate's programs in the sandbox, then have the judge judge them,
         climbing the check-size ladder where the judge finds a size boundary."""
+        # The workload's own expert file, byte for byte, is priced as it runs even where no
+        # check size shows all it does (a k-step that is neither the first nor the last).
+        request = {**request, "own_expert": candidate.source == self.workload.expert_source()}
         return climb_ladder(len(self.workload.check_rungs()),
                             lambda rung: self._judge_at(request, candidate, compile_only, expert_unchecked, rung))
 

@@ -349,24 +349,80 @@ def _bounds(breakdown) -> list[str]:
     return found
 
 
-def _simulate(wl, compiled, profiles, exported=None) -> tuple[float, dict]:
-    """The simulator's predicted seconds and its breakdown (``details.sim``) of a compiled
-    program; ``exported`` (a candidate's full-size program) supplies the kernels'
-    scalar-prefetch tables, evaluated on the spec's inputs. No prediction is below the
-    workload's physical floor: one under it is raised to it, and says so."""
-    from jaxbench_env.sim import V6E, mosaic, predict_program
+def full_size_tables(wl, full) -> list:
+    """The concrete leading operands (grid bounds, scalar-prefetch tables) of each kernel of
+    the full-size program, on the spec's inputs (``prefetch.prefetch_tables``)."""
     from jaxbench_env.sim.prefetch import prefetch_tables
 
-    prefetch = None
+    return prefetch_tables(full, lambda: wl.make_inputs(wl.config, 0))
+
+
+def unseen_control(wl, full, tables: list, check, check_config: dict, seeds=SECRET_SEEDS,
+                   inputs_of=None) -> list[frozenset]:
+    """Per kernel of the full-size program (its exported order), the loops and branch sides
+    that do there what they never did in the check-size program ``check`` on the check's
+    inputs (``mosaic.unseen_items``; the check's patterns are the union over ``seeds``).
+    ``inputs_of(seed)``: the check's inputs (default: drawn again)."""
+    from jaxbench_env.sim import mosaic
+    from jaxbench_env.sim.prefetch import leading_operand_count, prefetch_tables_each
+
+    small = mosaic.stablehlo_custom_calls(check.mlir_module())
+    seen: list[dict] = [{} for _ in small]
+    table_sets = [[[] for _ in small]]  # no tables: the same patterns on every input
+    if any(leading_operand_count(c) for c in small):
+        draw = inputs_of or (lambda seed: wl.make_inputs(check_config, seed))
+        table_sets = prefetch_tables_each(check, [draw(seed) for seed in seeds])  # concrete: not all traceable
+    def patterns(call, t) -> dict:
+        # Not evaluable: at the check size nothing counts as seen; at full size, pricing says why.
+        try:
+            return mosaic.control_patterns(call, t)
+        except (mosaic.Unpriceable, ArithmeticError, LookupError, TypeError, ValueError):
+            return {}
+
+    for small_tables in table_sets:
+        for j, call in enumerate(small):
+            for item, did in patterns(call, small_tables[j]).items():
+                seen[j].setdefault(item, set()).update(did)
+    big = mosaic.stablehlo_custom_calls(full.mlir_module())
+    return [mosaic.unseen_items(s, patterns(call, t)) for call, t, s in zip(big, tables, seen)]
+
+
+def describe_unseen(full, unseen: list[frozenset]) -> str:
+    """The first kernel's ``unseen_control`` items, in words (a reason to climb a rung)."""
+    from jaxbench_env.sim import mosaic
+
+    for n, (call, items) in enumerate(zip(mosaic.stablehlo_custom_calls(full.mlir_module()), unseen)):
+        if items:
+            body = mosaic.parse_kernel(call).body
+            labels = sorted({body.items[i].label.split(" (")[0] for i in items})
+            return (f"kernel {n}'s {', '.join(labels)} at full size do what they never did at the check size "
+                    "(a branch side never taken or always taken, a loop never skipped or whose trip count never "
+                    "varied)")
+    return ""
+
+
+def _simulate(wl, compiled, profiles, exported=None, tables=None, unseen=None) -> tuple[float, dict]:
+    """The simulator's predicted seconds and its breakdown (``details.sim``) of a compiled
+    program; ``exported`` (a candidate's full-size program) supplies the kernels'
+    scalar-prefetch tables (``tables``, if already evaluated: ``full_size_tables``).
+    ``unseen``: per kernel of ``exported``, what no check saw (``unseen_control``), priced at
+    a bound. No prediction is below the workload's physical floor: one under it is raised
+    to it, and says so."""
+    from jaxbench_env.sim import V6E, mosaic, predict_program
+
+    prefetch = by_call = None
     if exported is not None:
-        tables = prefetch_tables(exported, lambda: wl.make_inputs(wl.config, 0))
+        if tables is None:
+            tables = full_size_tables(wl, exported)
         unverified = check_coverage(exported, tables)
         # The compiled program may order kernels differently, or add Mosaic kernels of its own.
         order = mosaic.match_calls(mosaic.hlo_custom_calls(compiled.as_text()),
                                    mosaic.stablehlo_custom_calls(exported.mlir_module()))
         prefetch = [tables[j] if j is not None else None for j in order]
+        if unseen is not None:
+            by_call = [unseen[j] if j is not None else None for j in order]
     try:
-        breakdown = predict_program(compiled, V6E, profiles, prefetch)
+        breakdown = predict_program(compiled, V6E, profiles, prefetch, by_call)
     except mosaic.Unpriceable as e:  # work the simulator cannot bound: no price, no reward
         raise Rejected(f"the simulator cannot price this program: {e}") from None
     unknown = breakdown.features.unknown_trips
@@ -428,9 +484,10 @@ def baseline(request: Mapping[str, Any]) -> dict:
     return _run(_empty_result(), body)
 
 
-def verify_request(wl, request) -> tuple[dict, dict, list[str]]:
-    """The candidate's programs, read and verified; the check config of its rung; and the
-    caveats of a check at that rung."""
+def verify_request(wl, request) -> tuple[dict, dict, list[str], bool]:
+    """The candidate's programs, read and verified; the check config of its rung; the
+    caveats of a check at that rung; and whether the check-size and full-size programs are
+    one program (False only for a trusted expert's)."""
     rungs = wl.check_rungs()
     rung = request.get("rung")
     if not isinstance(rung, int) or isinstance(rung, bool) or not 0 <= rung < len(rungs):
@@ -446,13 +503,14 @@ def verify_request(wl, request) -> tuple[dict, dict, list[str]]:
     guard_vmem(programs["full_tpu"])  # over VMEM at full size fails whatever the check size
     from jaxbench_env.programs import ProgramMismatch, verify_artifacts
 
-    caveats = []
+    caveats, one_program = [], True
     try:
         verify_artifacts(programs["full_tpu"], programs["check_tpu"], programs.get("check_cpu"), wl.config,
                          check_config)
     except ProgramMismatch as e:
         if not request.get("trusted_expert"):
             raise SizeBoundary(str(e)) from None
+        one_program = False
         # The workload's own expert file, byte for byte (the evaluator vouches): nothing of it
         # runs at the check size, so the check-size program need not be the full-size one.
         caveats.append(f"the expert's check-size program differs from its full-size one: {str(e).splitlines()[0]}")
@@ -463,7 +521,7 @@ def verify_request(wl, request) -> tuple[dict, dict, list[str]]:
         if single:
             caveats.append(f"{single} at the largest affordable check size: what happens between its "
                            "steps is not checked")
-    return programs, check_config, caveats
+    return programs, check_config, caveats, one_program
 
 
 def single_step_axes(check, full) -> str | None:
@@ -492,12 +550,22 @@ def judge(request: Mapping[str, Any]) -> dict:
 
     def body(result):
         result["details"]["check_rung"] = request.get("rung")
-        programs, check_config, caveats = _timed(result, "verify", verify_request, wl, request)
+        programs, check_config, caveats, one_program = _timed(result, "verify", verify_request, wl, request)
         if caveats:
             result["details"]["check_caveats"] = caveats
         result["details"]["check_size"] = wl.shrunk(check_config)  # what the check shrank
         full = programs["full_tpu"]
-        if backend == "sim":  # compile first: the commonest failure, and cheaper than the check
+        tables = unseen = None
+        if backend == "sim":
+            tables = _timed(result, "time", full_size_tables, wl, full)  # the simulator's work, as before
+            # What the check did not see is priced at a bound. Timing-only runs check nothing: they
+            # price the template's schedules as checked runs do at a rung that sees it all.
+            if one_program and not request.get("own_expert") and not request.get("compile_only"):
+                unseen = _timed(result, "verify", unseen_control, wl, full, tables, programs["check_tpu"],
+                                check_config, SECRET_SEEDS, lambda seed: expected(wl, check_config, seed).inputs)
+                if any(unseen) and request["rung"] + 1 < len(wl.check_rungs()):
+                    raise SizeBoundary(describe_unseen(full, unseen))  # a check that saw too little: climb
+            # compile first: the commonest failure, and cheaper than the check
             compiled, profiles = _timed(result, "compile", compile_v6e, full.call, full.in_avals)
             result["compiled"] = True
         if request.get("compile_only"):
@@ -516,7 +584,8 @@ def judge(request: Mapping[str, Any]) -> dict:
             _time(result, wl, full.call, full.in_avals, backend)
         else:
             try:
-                seconds, result["details"]["sim"] = _timed(result, "time", _simulate, wl, compiled, profiles, full)
+                seconds, result["details"]["sim"] = _timed(result, "time", _simulate, wl, compiled, profiles, full,
+                                                            tables, unseen)
             except Rejected:
                 result["correct"] = False
                 raise

@@ -59,7 +59,7 @@ def judge_check(workload, source: str, schedule: dict) -> float:
         assert manifest["error"] is None, manifest["error"]
         details = {"check_rung": manifest["rung"]}
         try:
-            programs, check_config, _ = judge.verify_request(workload, {**request, "artifacts": blobs,
+            programs, check_config, *_ = judge.verify_request(workload, {**request, "artifacts": blobs,
                                                                      "rung": manifest["rung"]})
             assert "check_cpu" in programs, manifest.get("interpret_error")
             err = judge.check_outputs(workload, programs["check_cpu"], check_config, TEST_SEEDS)

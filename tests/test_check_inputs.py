@@ -73,7 +73,7 @@ SEED0_HASHES = {
     "matmul_sum_max_avgpool_logsumexp_logsumexp": "96d336f1f657f403",
     "matmul_swish_scaling": "18949315bc48a665",
     "matmul_swish_sum_groupnorm": "a42125db6e32ce94",
-    "megablox_gmm": "1b84469826d297d2",
+    "megablox_gmm": "a2c2f0a2c049abcc",  # emb_dim 2048 (since 2026-12-06)
     "mixtral_moe": "aeb2d026ba2adf1c",
     "mla_attention": "7bda3b06c3ef9369",  # batch 2 (since 2026-12-05)
     "paged_attention": "416f2d184bff4dce",

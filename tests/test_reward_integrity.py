@@ -389,3 +389,88 @@ def test_the_judge_checks_with_deterministic_cpu_math(env):
     environ = Path(f"/proc/{worker._proc.pid}/environ").read_bytes().split(b"\0")
     flags = next(v for v in environ if v.startswith(b"XLA_FLAGS="))
     assert b"--xla_cpu_multi_thread_eigen=false" in flags
+
+
+# A tiled Pallas gemm (f32 products on the MXU: compute-bound, so skipped work shows in the
+# price) and three ways to skip the product on row blocks the check-size grid (two of them)
+# never reaches: a branch, a loop of no trips, a while loop of no trips.
+PALLAS_GEMM = src("""
+    from jax.experimental.pallas import tpu as pltpu
+
+    def product(a_ref, b_ref, acc_ref):
+        acc_ref[...] += jnp.dot(a_ref[...].astype(jnp.float32), b_ref[...].astype(jnp.float32),
+                                precision=jax.lax.Precision.HIGHEST, preferred_element_type=jnp.float32)
+
+    def kernel(a_ref, b_ref, o_ref, acc_ref):
+        k = pl.program_id(2)
+
+        @pl.when(k == 0)
+        def _init():
+            acc_ref[...] = jnp.zeros_like(acc_ref)
+
+        WORK
+
+        @pl.when(k == pl.num_programs(2) - 1)
+        def _store():
+            o_ref[...] = acc_ref[...].astype(o_ref.dtype)
+
+    def workload(a, b):
+        (m, kk), n = a.shape, b.shape[1]
+        bm, bk, bn = 512, 512, 1024
+        return pl.pallas_call(
+            kernel, grid=(m // bm, n // bn, kk // bk),
+            in_specs=[pl.BlockSpec((bm, bk), lambda i, j, k: (i, k)), pl.BlockSpec((bk, bn), lambda i, j, k: (k, j))],
+            out_specs=pl.BlockSpec((bm, bn), lambda i, j, k: (i, j)),
+            out_shape=jax.ShapeDtypeStruct((m, n), a.dtype),
+            scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32)])(a, b)
+    """)
+SKIPS = {
+    "honest": "product(a_ref, b_ref, acc_ref)",
+    "branch": "pl.when(pl.program_id(0) < 2)(lambda: product(a_ref, b_ref, acc_ref))",
+    "loop": "jax.lax.fori_loop(0, jnp.where(pl.program_id(0) < 2, 1, 0), "
+            "lambda t, c: product(a_ref, b_ref, acc_ref) or c, 0)",
+    "while": "n = jnp.where(pl.program_id(0) < 2, 1, 0); "
+             "jax.lax.while_loop(lambda t: t < n, lambda t: product(a_ref, b_ref, acc_ref) or t + 1, 0)",
+}
+
+
+def pallas_gemm(skip: str) -> str:
+    return PALLAS_GEMM.replace("WORK", SKIPS[skip])
+
+
+@pytest.mark.parametrize("skip", ["branch", "loop", "while"])
+def test_work_skipped_past_the_check_grid_is_checked_where_it_is_skipped(env, honest_reward, skip):
+    # At the first check size the grid has two row blocks, where the product always runs; the
+    # full size has four. The judge climbs to a check size whose grid shows the skip.
+    assert_penalized(env, pallas_gemm(skip), "wrong result")
+    result = env.evaluator.evaluate(Candidate(pallas_gemm(skip), {}))  # cached, with its details
+    assert "never did at the check size" in result.details["climbed"][0], result.details
+    assert_next_honest_is_unaffected(env, honest_reward)
+
+
+def test_what_no_check_size_saw_is_priced_as_done():
+    """Where no affordable check size shows what a loop or branch does at full size (here the
+    first one, priced as if it were the last), it is charged as if it ran wherever reached:
+    the honest price, flagged as a bound. Priced as it runs, the skip would be 1.5x faster."""
+    import workloads
+    from jaxbench_env import candidate_process, judge
+
+    wl = workloads.get("gemm", CONFIG)
+    request = {"workload": "gemm", "config": CONFIG, "schedule": {}, "backend": "sim", "min_rung": 0}
+    priced = {}
+    for skip in ("honest", "branch"):
+        manifest, blobs = candidate_process.build_artifacts({**request, "source": pallas_gemm(skip)})
+        assert manifest["error"] is None and manifest["rung"] == 0, manifest["error"]
+        programs = judge.read_artifacts(blobs)
+        full, check_config = programs["full_tpu"], wl.check_rungs()[0]
+        tables = judge.full_size_tables(wl, full)
+        unseen = judge.unseen_control(wl, full, tables, programs["check_tpu"], check_config)
+        compiled, profiles = judge.compile_v6e(full.call, full.in_avals)
+        priced[skip] = [judge._simulate(wl, compiled, profiles, full, tables, u) for u in (unseen, None)]
+        assert bool(any(unseen)) == (skip == "branch"), unseen
+    (honest, details), _ = priced["honest"]
+    (bounded, bound_details), (as_run, _) = priced["branch"]
+    assert details["bounds"] == [] and not any("never showed" in c for c in details["caveats"])
+    # The product compiles to ~10% fewer bundles inside the branch than inline: another program.
+    assert bounded > 0.85 * honest and as_run < 0.7 * honest, (bounded, as_run, honest)
+    assert any("never showed" in b for b in bound_details["bounds"]), bound_details["bounds"]

@@ -75,7 +75,7 @@ class MegabloxGMM(Workload):
     description = "grouped matmul of 128 experts' row groups, lhs (32768,4096) x rhs (128,4096,1536), bf16"
     defaults = {"num_experts": 128, "num_experts_per_tok": 8, "emb_dim": 4096, "moe_mlp_dim": 1536,
                 "seq_len": 4096, "max_expert_size": 256, "dtype": "bfloat16"}
-    check_overrides = {"num_experts": 4, "num_experts_per_tok": 2, "seq_len": 512, "emb_dim": 1024,
+    check_overrides = {"num_experts": 4, "num_experts_per_tok": 2, "seq_len": 512, "emb_dim": 2048,
                        "moe_mlp_dim": 1536}
     atol = 1e-2
     rtol = 1e-2

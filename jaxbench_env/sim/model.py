@@ -94,7 +94,8 @@ def _optimal_seconds(compiled) -> float | None:
     return float(value) if value is not None else None
 
 
-def program_features(compiled, profiles: dict | None = None, prefetch: list | None = None) -> ProgramFeatures:
+def program_features(compiled, profiles: dict | None = None, prefetch: list | None = None,
+                     unseen: list | None = None) -> ProgramFeatures:
     """Features of a compiled program (``compiled``: what ``.compile()`` returned), read from
     its HLO and its kernels' Mosaic modules alone.
 
@@ -107,6 +108,8 @@ def program_features(compiled, profiles: dict | None = None, prefetch: list | No
     that read tables); or None for all. Values listed in the exported program's order
     (``prefetch.prefetch_tables``) are put in this order with ``mosaic.match_calls``: the
     compiler may add Mosaic kernels of its own (entries None) and order kernels its way.
+    ``unseen``: in the same order, each kernel's loops and arms whose behaviour no check saw
+    (``mosaic.unseen_items``; None: none), priced at a bound.
     """
     text = compiled.as_text()
     program = hlo.program_ops(text)
@@ -123,7 +126,8 @@ def program_features(compiled, profiles: dict | None = None, prefetch: list | No
             continue
         op = by_name.get(call.name)
         profile = profiles.get(op.name) if op is not None else None
-        kernels.append(mosaic.kernel_features(call, prefetch[i] if prefetch is not None else None, profile))
+        kernels.append(mosaic.kernel_features(call, prefetch[i] if prefetch is not None else None, profile,
+                                              (unseen[i] or frozenset()) if unseen is not None else frozenset()))
         kernel_ops.append(op)
     if any(op is None for op in kernel_ops):
         notes.append("some kernels are outside the ops the program runs at top level or in its loops: "
@@ -235,9 +239,9 @@ def price(features: ProgramFeatures, chip: Chip = V6E, cal: Calibration | None =
 
 
 def predict_program(compiled, chip: Chip = V6E, profiles: dict | None = None,
-                    prefetch: list | None = None) -> SimBreakdown:
+                    prefetch: list | None = None, unseen: list | None = None) -> SimBreakdown:
     """Predicted v6e seconds of a compiled program (bundles collected if dumped); ``prefetch``
-    as for ``program_features``."""
+    and ``unseen`` as for ``program_features``."""
     if profiles is None:
         profiles = bundle_dumps.collect()
-    return price(program_features(compiled, profiles, prefetch), chip)
+    return price(program_features(compiled, profiles, prefetch, unseen), chip)

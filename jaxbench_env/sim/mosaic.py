@@ -1419,7 +1419,11 @@ class ControlCounts:
     (MXU flops, vector ops, transcendentals) per grid step on average; ``dma``: bytes of
     hand-issued DMAs per grid step (broadcastable); ``dma_groups``: how many groups of DMAs
     the body issues per grid step (copies started one after another count once; broadcastable);
-    ``waited_dma`` and ``waited_groups``: the same for copies waited for right after they start."""
+    ``waited_dma`` and ``waited_groups``: the same for copies waited for right after they start.
+    ``patterns``: what each item did over the reached steps ("runs", "skipped": an arm not
+    taken or a loop of no trips, "varies": a loop's trip count differing between steps), for
+    comparing the grid a check ran with the full-size one (``unseen_items``); ``unchecked``:
+    items priced at an upper bound because the check never saw what they do at full size."""
 
     grid: tuple
     mult: dict = field(default_factory=dict)
@@ -1432,6 +1436,8 @@ class ControlCounts:
     dma_groups: object = 0.0
     waited_dma: object = 0.0
     waited_groups: object = 0.0
+    patterns: dict = field(default_factory=dict)
+    unchecked: set = field(default_factory=set)
 
     def flat(self, value) -> np.ndarray:
         """A per-step quantity as one value per grid step, in the order the grid runs."""
@@ -1446,6 +1452,12 @@ class ControlCounts:
         if arms:
             out.append(f"kernel {kernel}: the predicate of {', '.join(arms)} depends on data the kernel loads "
                        "(or on ops the simulator does not evaluate): both sides charged wherever reached")
+        unchecked = sorted({items[i].label.split(" (")[0] for i in self.unchecked})
+        if unchecked:
+            out.append(f"kernel {kernel}: {', '.join(unchecked)} behaves at full size in a way the check-size run "
+                       "never showed (a side it never took, a loop it never skipped or whose trip count never "
+                       "varied), so the check did not verify it there: charged wherever reached, loops at their "
+                       "largest trip count")
         return out
 
 
@@ -1454,8 +1466,10 @@ class _Evaluator:
     against the grid: a value of the grid indices of two axes has two non-unit dimensions),
     on intervals of integers, counting the work and the runs of each loop and branch."""
 
-    def __init__(self, kernel: Kernel, grid: tuple, tables: list | None, state: dict | None = None):
+    def __init__(self, kernel: Kernel, grid: tuple, tables: list | None, state: dict | None = None,
+                 unseen: frozenset = frozenset()):
         self.kernel, self.body, self.grid = kernel, kernel.body, tuple(grid)
+        self.unseen = unseen  # items whose full-size behaviour the check never saw: priced at a bound
         self.tables = tables
         self.counts = ControlCounts(self.grid)
         self.budget = _SIM_BUDGET
@@ -1499,13 +1513,29 @@ class _Evaluator:
     def _snapshot(self):
         c = self.counts
         return (dict(c.mult), dict(c.entries), dict(c.max_trips), dict(c.bounds), set(c.uncertain), list(c.work), c.dma,
-                c.dma_groups, c.waited_dma, c.waited_groups, dict(self.smem) if self.smem is not None else None,
-                self.lost)
+                c.dma_groups, c.waited_dma, c.waited_groups, {k: set(v) for k, v in c.patterns.items()},
+                set(c.unchecked), dict(self.smem) if self.smem is not None else None, self.lost)
 
     def _restore(self, snap) -> None:
         c = self.counts
         (c.mult, c.entries, c.max_trips, c.bounds, c.uncertain, c.work, c.dma, c.dma_groups, c.waited_dma,
-         c.waited_groups, self.smem, self.lost) = snap
+         c.waited_groups, c.patterns, c.unchecked, self.smem, self.lost) = snap
+
+    def _pattern(self, item: int, runs, weight, loop: bool) -> None:
+        """Add what ``item`` did at the reached steps (``runs``: its runs or trips per step)."""
+        if item < 0:
+            return
+        reached, runs = np.broadcast_arrays(self._reached(weight), np.asarray(runs, np.float64))
+        seen = runs[reached]
+        if not seen.size:
+            return
+        found = self.counts.patterns.setdefault(item, set())
+        if np.any(seen > 0):
+            found.add("runs")
+        if np.any(seen == 0):
+            found.add("skipped")
+        if loop and seen.min() != seen.max():
+            found.add("varies")
 
     # --- the walk ---
 
@@ -1649,10 +1679,16 @@ class _Evaluator:
 
     def _if(self, op: _Op, env: dict, weight) -> None:
         c = self._value(env, op.operands[0], 1)
+        forced = op.item in self.unseen or op.else_item in self.unseen
+        if forced:  # both sides, wherever reached
+            self.counts.unchecked.update(i for i in (op.item, op.else_item) if i >= 0)
+            c = (np.zeros_like(np.asarray(c[0])), np.ones_like(np.asarray(c[1])))
         lo, hi = np.asarray(c[0]), np.asarray(c[1])
         w_then = weight * (hi >= 1)
         w_else = weight * (lo <= 0)
-        if not _exact(c) and np.any((lo != hi) & self._reached(weight)):
+        self._pattern(op.item, hi >= 1, weight, loop=False)
+        self._pattern(op.else_item, lo <= 0, weight, loop=False)
+        if not forced and not _exact(c) and np.any((lo != hi) & self._reached(weight)):
             self.counts.uncertain.update((op.item, op.else_item))
         self._add(self.counts.mult, op.item, w_then)
         self._add(self.counts.mult, op.else_item, w_else)
@@ -1678,6 +1714,7 @@ class _Evaluator:
                 "nothing that caps it; bound the loop (e.g. jnp.minimum with a constant) to have it priced")
 
     def _record(self, op: _Op, trips, exact: bool, weight) -> None:
+        self._pattern(op.item, trips, weight, loop=True)
         c = self.counts
         self._add(c.mult, op.item, weight * trips)
         self._add(c.entries, op.item, weight * (trips > 0))
@@ -1703,6 +1740,9 @@ class _Evaluator:
             trips_lo = np.maximum(0, -((lo[1] - hi[0]) // s))
         self._check_bound(op, trips_hi, weight)
         exact = (_exact(lo) and _exact(hi)) or bool(np.array_equal(trips_lo, trips_hi))
+        if op.item in self.unseen:
+            trips_hi = trips_lo = self._most(trips_hi, weight)
+            self.counts.unchecked.add(op.item)
         trips = trips_hi
         top = int(np.max(trips)) if np.size(trips) else 0
         if item.dependent and exact and top <= _SIM_TRIPS and _exact(lo):
@@ -1737,6 +1777,26 @@ class _Evaluator:
         for k, r in enumerate(op.results):
             env[r] = inits[k] if k in ys_pass and k < len(inits) else self._unknown_like(inits[k] if k < len(inits) else None)
 
+    def _most(self, trips, weight):
+        """A loop's largest trip count over the reached steps, as its count at every step."""
+        reached, trips = np.broadcast_arrays(self._reached(weight), np.asarray(trips))
+        return np.asarray(trips[reached].max() if np.any(reached) else 0)
+
+    def _top_up(self, op: _Op, env: dict, weight, trips) -> None:
+        """Charge a while loop in ``unseen`` the iterations it would run if it ran its largest
+        trip count at every reached step, beyond the ``trips`` it was charged."""
+        extra = np.maximum(self._most(trips, weight) - np.asarray(trips), 0)
+        if not np.any(extra * self._reached(weight)):
+            return
+        self.counts.unchecked.add(op.item)
+        self._add(self.counts.mult, op.item, weight * extra)
+        self._add(self.counts.entries, op.item, weight * ((np.asarray(trips) == 0) & (extra > 0)))
+        before, after = op.regions[0], op.regions[1]
+        for a in (*before.args, *after.args):
+            env[a] = self._unknown_like(env.get(a))
+        self._uncertainly(self.walk, before, env, weight * extra)
+        self._uncertainly(self.walk, after, env, weight * extra)
+
     def _passthrough(self, body: _Region) -> set:
         """Carried values a loop body yields unchanged."""
         if not body.ops or body.ops[-1].name != "scf.yield":
@@ -1769,6 +1829,9 @@ class _Evaluator:
                 self._restore(snap)
         trips = self._while_bound(op, env, inits)
         self._check_bound(op, trips, weight)
+        if op.item in self.unseen:
+            trips = self._most(trips, weight)
+            self.counts.unchecked.add(op.item)
         self._record(op, trips, False, weight)
         for a, v in zip(before.args, inits):
             env[a] = self._unknown_like(v)
@@ -1804,6 +1867,8 @@ class _Evaluator:
             if not np.any(go):
                 trips = trips.astype(np.float64)
                 self._record(op, trips, True, weight)
+                if op.item in self.unseen:
+                    self._top_up(op, env, weight, trips)
                 for r, v in zip(op.results, results):
                     env[r] = v
                 return
@@ -1901,10 +1966,12 @@ class _Evaluator:
 _STATE_PASSES = 4  # evaluations of the grid to follow scalars a kernel keeps in SMEM from step to step
 
 
-def control_counts(kernel: Kernel, grid: tuple, tables: list | None) -> ControlCounts:
+def control_counts(kernel: Kernel, grid: tuple, tables: list | None, unseen: frozenset = frozenset()) -> ControlCounts:
     """The runs of each loop and branch of the kernel's body at every grid step (``grid``:
     the grid's values; ``tables``: the scalar-prefetch values, or None). Raises
-    ``Unpriceable`` for a loop whose trip count has no upper bound.
+    ``Unpriceable`` for a loop whose trip count has no upper bound. ``unseen``: items whose
+    behaviour here no check saw (``unseen_items``), charged at a bound: an arm wherever its
+    branch is reached, a loop at its largest trip count at every step that reaches it.
 
     A kernel that stores into its scalar-prefetch tables (a flag, the sequence it stopped
     at) reads at each step what the previous steps left there: the grid is evaluated again
@@ -1914,14 +1981,14 @@ def control_counts(kernel: Kernel, grid: tuple, tables: list | None) -> ControlC
     if kernel.body is None:
         return ControlCounts(tuple(grid), work=[kernel.flops, kernel.vector_ops, kernel.transcendentals],
                              dma=kernel.dma_bytes)
-    first = _Evaluator(kernel, grid, tables)
+    first = _Evaluator(kernel, grid, tables, unseen=unseen)
     if not first.written or tables is None:
         return first.run()
     steps = math.prod(grid)  # 1 for no grid
     shape = tuple(grid)
     state: dict = {}
     for _ in range(_STATE_PASSES):
-        ev = _Evaluator(kernel, grid, tables, state)
+        ev = _Evaluator(kernel, grid, tables, state, unseen)
         try:
             counts, error = ev.run(), None
         except Unpriceable as e:  # perhaps only with this pass's guess of the state
@@ -1944,7 +2011,27 @@ def control_counts(kernel: Kernel, grid: tuple, tables: list | None) -> ControlC
                 raise error
             return counts
         state = following
-    return _Evaluator(kernel, grid, tables, None).run()  # not followed: those loads are unknown
+    return _Evaluator(kernel, grid, tables, None, unseen).run()  # not followed: those loads are unknown
+
+
+def unseen_items(seen: dict, found: dict) -> frozenset:
+    """The loops and arms that do at full size (``found``: their ``control_patterns`` there)
+    what they never did in the check-size run (``seen``: theirs there): the check verified
+    nothing of that. A branch that runs at every step of the check but not of the full
+    grid, as in a kernel that computes only while ``program_id(0) < 2``, is correct at a size
+    where the grid has two steps and would price the rest of the full grid at nothing."""
+    return frozenset(i for i, did in found.items() if did - seen.get(i, set()))
+
+
+def control_patterns(call: CustomCall, prefetch: list | None) -> dict:
+    """What each loop and arm of the kernel of ``call`` does over its grid (``ControlCounts.patterns``);
+    ``prefetch`` as for ``kernel_features``."""
+    kernel = parse_kernel(call)
+    if kernel.body is None:
+        return {}
+    bounds, tables = _split(kernel, prefetch)
+    grid, _ = grid_values(kernel, bounds)
+    return control_counts(kernel, grid, tables).patterns
 
 
 # --- the compiled kernel's loops and branches, matched to the body's ------------------------
@@ -2212,7 +2299,8 @@ def block_indices(kernel: Kernel, window: Window, points: np.ndarray, tables: li
     return idx
 
 
-def kernel_features(call: CustomCall, prefetch: list | None = None, profile=None) -> KernelFeatures:
+def kernel_features(call: CustomCall, prefetch: list | None = None, profile=None,
+                    unseen: frozenset = frozenset()) -> KernelFeatures:
     """The ``pallas.KernelFeatures`` of one ``tpu_custom_call``, from its Mosaic module alone.
 
     ``prefetch``: the concrete values of the call's leading operands (its dynamic grid bounds,
@@ -2224,7 +2312,8 @@ def kernel_features(call: CustomCall, prefetch: list | None = None, profile=None
 
     The loops and branches of the body are evaluated at every grid step
     (``control_counts``); raises ``Unpriceable`` for a loop whose trip count has no upper
-    bound."""
+    bound. ``unseen``: its items whose behaviour here the check never saw (``unseen_items``),
+    priced at a bound."""
     from .pallas import Stream, assemble
 
     kernel = parse_kernel(call)
@@ -2234,7 +2323,7 @@ def kernel_features(call: CustomCall, prefetch: list | None = None, profile=None
     streams = [Stream(w.block_bytes, block_indices(kernel, w, points, tables), w.output, w.buffers)
                for w in kernel.windows if w.pipelined]
     try:
-        counts = control_counts(kernel, grid, tables)
+        counts = control_counts(kernel, grid, tables, unseen)
         notes = counts.notes(kernel.name, kernel.body.items) if kernel.body is not None else []
         dma, groups, waited, waited_groups = (counts.flat(x) if np.ndim(x) else x for x in (
             counts.dma, counts.dma_groups, counts.waited_dma, counts.waited_groups))
