@@ -358,46 +358,56 @@ def full_size_tables(wl, full) -> list:
 
 
 def unseen_control(wl, full, tables: list, check, check_config: dict, seeds=SECRET_SEEDS,
-                   inputs_of=None) -> list[frozenset]:
-    """Per kernel of the full-size program (its exported order), the loops and branch sides
-    that do there what they never did in the check-size program ``check`` on the check's
-    inputs (``mosaic.unseen_items``; the check's patterns are the union over ``seeds``).
+                   inputs_of=None) -> list:
+    """Per kernel of the full-size program (its exported order), what it does there that the
+    check-size program ``check`` never did on the check's inputs (``mosaic.Unseen``): loops
+    and branch sides (``mosaic.unseen_items``; the check's patterns are the union over
+    ``seeds``), and inputs read whole in the check but not at full size.
     ``inputs_of(seed)``: the check's inputs (default: drawn again)."""
     from jaxbench_env.sim import mosaic
     from jaxbench_env.sim.prefetch import leading_operand_count, prefetch_tables_each
 
     small = mosaic.stablehlo_custom_calls(check.mlir_module())
     seen: list[dict] = [{} for _ in small]
+    whole: list[set] = [set() for _ in small]  # inputs some check read in full
     table_sets = [[[] for _ in small]]  # no tables: the same patterns on every input
     if any(leading_operand_count(c) for c in small):
         draw = inputs_of or (lambda seed: wl.make_inputs(check_config, seed))
         table_sets = prefetch_tables_each(check, [draw(seed) for seed in seeds])  # concrete: not all traceable
-    def patterns(call, t) -> dict:
+    def evaluated(fn, call, t) -> dict:
         # Not evaluable: at the check size nothing counts as seen; at full size, pricing says why.
         try:
-            return mosaic.control_patterns(call, t)
+            return fn(call, t)
         except (mosaic.Unpriceable, ArithmeticError, LookupError, TypeError, ValueError):
             return {}
 
     for small_tables in table_sets:
         for j, call in enumerate(small):
-            for item, did in patterns(call, small_tables[j]).items():
+            for item, did in evaluated(mosaic.control_patterns, call, small_tables[j]).items():
                 seen[j].setdefault(item, set()).update(did)
-    big = mosaic.stablehlo_custom_calls(full.mlir_module())
-    return [mosaic.unseen_items(s, patterns(call, t)) for call, t, s in zip(big, tables, seen)]
+            whole[j].update(i for i, f in evaluated(mosaic.input_coverage, call, small_tables[j]).items() if f >= 1.0)
+    unseen = []
+    for call, t, s, w in zip(mosaic.stablehlo_custom_calls(full.mlir_module()), tables, seen, whole):
+        partial = {i for i, f in evaluated(mosaic.input_coverage, call, t).items() if f < 1.0}
+        unseen.append(mosaic.Unseen(mosaic.unseen_items(s, evaluated(mosaic.control_patterns, call, t)),
+                                    frozenset(partial & w)))
+    return unseen
 
 
-def describe_unseen(full, unseen: list[frozenset]) -> str:
-    """The first kernel's ``unseen_control`` items, in words (a reason to climb a rung)."""
+def describe_unseen(full, unseen: list) -> str:
+    """The first kernel's ``unseen_control`` finding, in words (a reason to climb a rung)."""
     from jaxbench_env.sim import mosaic
 
-    for n, (call, items) in enumerate(zip(mosaic.stablehlo_custom_calls(full.mlir_module()), unseen)):
-        if items:
+    for n, (call, found) in enumerate(zip(mosaic.stablehlo_custom_calls(full.mlir_module()), unseen)):
+        if found.items:
             body = mosaic.parse_kernel(call).body
-            labels = sorted({body.items[i].label.split(" (")[0] for i in items})
+            labels = sorted({body.items[i].label.split(" (")[0] for i in found.items})
             return (f"kernel {n}'s {', '.join(labels)} at full size do what they never did at the check size "
                     "(a branch side never taken or always taken, a loop never skipped or whose trip count never "
                     "varied)")
+        if found.inputs:
+            return (f"kernel {n} reads all of its input {min(found.inputs)} at the check size but not at full size "
+                    "(an index map that stops short of the array there)")
     return ""
 
 

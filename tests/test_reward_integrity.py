@@ -438,6 +438,27 @@ def pallas_gemm(skip: str) -> str:
     return PALLAS_GEMM.replace("WORK", SKIPS[skip])
 
 
+# A memory-bound Pallas gemm whose A row panel moves every step; ``rows`` is its index map's
+# row block. Capped at 3, it reads all four row blocks of the check's A and half of the full one's.
+ROW_PANELS = src("""
+    def kernel(a_ref, b_ref, o_ref):
+        o_ref[...] = jnp.dot(a_ref[...], b_ref[...], preferred_element_type=jnp.float32).astype(o_ref.dtype)
+
+    def workload(a, b):
+        (m, kk), n = a.shape, b.shape[1]
+        bm, bn = 256, 512
+        return pl.pallas_call(
+            kernel, grid=(n // bn, m // bm),
+            in_specs=[pl.BlockSpec((bm, kk), lambda j, i: (ROWS, 0)), pl.BlockSpec((kk, bn), lambda j, i: (0, j))],
+            out_specs=pl.BlockSpec((bm, bn), lambda j, i: (i, j)),
+            out_shape=jax.ShapeDtypeStruct((m, n), a.dtype))(a, b)
+    """)
+
+
+def row_panels(rows: str) -> str:
+    return ROW_PANELS.replace("ROWS", rows)
+
+
 @pytest.mark.parametrize("skip", ["branch", "loop", "while"])
 def test_work_skipped_past_the_check_grid_is_checked_where_it_is_skipped(env, honest_reward, skip):
     # At the first check size the grid has two row blocks, where the product always runs; the
@@ -448,29 +469,41 @@ def test_work_skipped_past_the_check_grid_is_checked_where_it_is_skipped(env, ho
     assert_next_honest_is_unaffected(env, honest_reward)
 
 
-def test_what_no_check_size_saw_is_priced_as_done():
-    """Where no affordable check size shows what a loop or branch does at full size (here the
-    first one, priced as if it were the last), it is charged as if it ran wherever reached:
-    the honest price, flagged as a bound. Priced as it runs, the skip would be 1.5x faster."""
+def test_an_input_read_whole_only_at_the_check_size_is_checked_where_it_is_not(env, honest_reward):
+    assert_penalized(env, row_panels("jnp.minimum(i, 3)"), "wrong result")
+    result = env.evaluator.evaluate(Candidate(row_panels("jnp.minimum(i, 3)"), {}))
+    assert "reads all of its input 0 at the check size but not at full size" in result.details["climbed"][0]
+    assert_next_honest_is_unaffected(env, honest_reward)
+
+
+@pytest.mark.parametrize("honest_source, cheat, said, least", [
+    # The product compiles to ~10% fewer bundles inside the branch than inline: another program.
+    (pallas_gemm("honest"), pallas_gemm("branch"), "never showed", 0.85),
+    (row_panels("i"), row_panels("jnp.minimum(i, 3)"), "read whole at the check size", 0.95),
+], ids=["branch", "index-map"])
+def test_what_no_check_size_saw_is_priced_as_done(honest_source, cheat, said, least):
+    """Where no affordable check size shows what a kernel does at full size (taken here as the
+    first, priced as if it were the last), it is charged at a bound: a branch as if it ran
+    wherever reached, an input as a fresh block every step. That is the honest price,
+    flagged; priced as it runs, the cheat would be faster than the honest kernel."""
     import workloads
     from jaxbench_env import candidate_process, judge
 
     wl = workloads.get("gemm", CONFIG)
     request = {"workload": "gemm", "config": CONFIG, "schedule": {}, "backend": "sim", "min_rung": 0}
     priced = {}
-    for skip in ("honest", "branch"):
-        manifest, blobs = candidate_process.build_artifacts({**request, "source": pallas_gemm(skip)})
+    for name, source in (("honest", honest_source), ("cheat", cheat)):
+        manifest, blobs = candidate_process.build_artifacts({**request, "source": source})
         assert manifest["error"] is None and manifest["rung"] == 0, manifest["error"]
         programs = judge.read_artifacts(blobs)
         full, check_config = programs["full_tpu"], wl.check_rungs()[0]
         tables = judge.full_size_tables(wl, full)
         unseen = judge.unseen_control(wl, full, tables, programs["check_tpu"], check_config)
         compiled, profiles = judge.compile_v6e(full.call, full.in_avals)
-        priced[skip] = [judge._simulate(wl, compiled, profiles, full, tables, u) for u in (unseen, None)]
-        assert bool(any(unseen)) == (skip == "branch"), unseen
+        priced[name] = [judge._simulate(wl, compiled, profiles, full, tables, u) for u in (unseen, None)]
+        assert bool(any(unseen)) == (name == "cheat"), unseen
     (honest, details), _ = priced["honest"]
-    (bounded, bound_details), (as_run, _) = priced["branch"]
-    assert details["bounds"] == [] and not any("never showed" in c for c in details["caveats"])
-    # The product compiles to ~10% fewer bundles inside the branch than inline: another program.
-    assert bounded > 0.85 * honest and as_run < 0.7 * honest, (bounded, as_run, honest)
-    assert any("never showed" in b for b in bound_details["bounds"]), bound_details["bounds"]
+    (bounded, bound_details), (as_run, _) = priced["cheat"]
+    assert details["bounds"] == [], details["caveats"]
+    assert bounded > least * honest and as_run < 0.95 * honest, (bounded, as_run, honest)
+    assert any(said in b for b in bound_details["bounds"]), bound_details["bounds"]

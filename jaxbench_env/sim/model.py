@@ -108,8 +108,8 @@ def program_features(compiled, profiles: dict | None = None, prefetch: list | No
     that read tables); or None for all. Values listed in the exported program's order
     (``prefetch.prefetch_tables``) are put in this order with ``mosaic.match_calls``: the
     compiler may add Mosaic kernels of its own (entries None) and order kernels its way.
-    ``unseen``: in the same order, each kernel's loops and arms whose behaviour no check saw
-    (``mosaic.unseen_items``; None: none), priced at a bound.
+    ``unseen``: in the same order, what no check saw each kernel do (``mosaic.Unseen``; None:
+    nothing), priced at a bound.
     """
     text = compiled.as_text()
     program = hlo.program_ops(text)
@@ -127,7 +127,7 @@ def program_features(compiled, profiles: dict | None = None, prefetch: list | No
         op = by_name.get(call.name)
         profile = profiles.get(op.name) if op is not None else None
         kernels.append(mosaic.kernel_features(call, prefetch[i] if prefetch is not None else None, profile,
-                                              (unseen[i] or frozenset()) if unseen is not None else frozenset()))
+                                              (unseen[i] if unseen is not None else None) or mosaic.Unseen()))
         kernel_ops.append(op)
     if any(op is None for op in kernel_ops):
         notes.append("some kernels are outside the ops the program runs at top level or in its loops: "

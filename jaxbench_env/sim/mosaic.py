@@ -2014,6 +2014,20 @@ def control_counts(kernel: Kernel, grid: tuple, tables: list | None, unseen: fro
     return _Evaluator(kernel, grid, tables, None, unseen).run()  # not followed: those loads are unknown
 
 
+@dataclass(frozen=True)
+class Unseen:
+    """What the check never saw a kernel do at full size: its loops and arms
+    (``unseen_items``), and its inputs read whole at the check size but not at full size
+    (window indices), as an index map ``jnp.minimum(i, 3)`` reads the rows of a check whose
+    grid has four row blocks and only those at full size."""
+
+    items: frozenset = frozenset()
+    inputs: frozenset = frozenset()
+
+    def __bool__(self) -> bool:
+        return bool(self.items or self.inputs)
+
+
 def unseen_items(seen: dict, found: dict) -> frozenset:
     """The loops and arms that do at full size (``found``: their ``control_patterns`` there)
     what they never did in the check-size run (``seen``: theirs there): the check verified
@@ -2300,7 +2314,7 @@ def block_indices(kernel: Kernel, window: Window, points: np.ndarray, tables: li
 
 
 def kernel_features(call: CustomCall, prefetch: list | None = None, profile=None,
-                    unseen: frozenset = frozenset()) -> KernelFeatures:
+                    unseen: Unseen = Unseen()) -> KernelFeatures:
     """The ``pallas.KernelFeatures`` of one ``tpu_custom_call``, from its Mosaic module alone.
 
     ``prefetch``: the concrete values of the call's leading operands (its dynamic grid bounds,
@@ -2312,19 +2326,23 @@ def kernel_features(call: CustomCall, prefetch: list | None = None, profile=None
 
     The loops and branches of the body are evaluated at every grid step
     (``control_counts``); raises ``Unpriceable`` for a loop whose trip count has no upper
-    bound. ``unseen``: its items whose behaviour here the check never saw (``unseen_items``),
-    priced at a bound."""
+    bound. ``unseen``: what the check never saw it do (``Unseen``), priced at a bound: its
+    loops and arms as ``control_counts`` says, its inputs as a fresh block every step."""
     from .pallas import Stream, assemble
 
     kernel = parse_kernel(call)
     bounds, tables = _split(kernel, prefetch)
     grid, bound = grid_values(kernel, bounds)
     points = grid_points(grid)
-    streams = [Stream(w.block_bytes, block_indices(kernel, w, points, tables), w.output, w.buffers)
+    streams = [Stream(w.block_bytes, None if w.index in unseen.inputs else block_indices(kernel, w, points, tables),
+                      w.output, w.buffers)
                for w in kernel.windows if w.pipelined]
     try:
-        counts = control_counts(kernel, grid, tables, unseen)
+        counts = control_counts(kernel, grid, tables, unseen.items)
         notes = counts.notes(kernel.name, kernel.body.items) if kernel.body is not None else []
+        notes += [f"kernel {kernel.name}: input {i} is read whole at the check size but not at full size, so the "
+                  "check did not verify what its blocks hold there: priced as a fresh block every step"
+                  for i in sorted(unseen.inputs)]
         dma, groups, waited, waited_groups = (counts.flat(x) if np.ndim(x) else x for x in (
             counts.dma, counts.dma_groups, counts.waited_dma, counts.waited_groups))
         work = (counts.work[0], counts.work[1], counts.work[2], dma)
@@ -2396,26 +2414,52 @@ def output_coverage(call: CustomCall, prefetch: list | None = None) -> Coverage:
         if len(shape) != len(block) or any(b <= 0 for b in block):
             unverified.append(f"{label}: block {block} does not match the array's shape {shape}: not verified")
             continue
-        counts = np.asarray([-(-s // b) for s, b in zip(shape, block)])
         if points is None:
             points = grid_points(grid)
-        idx = block_indices(kernel, w, points, tables)
-        if idx is None:
+        covered = _covered(kernel, w, points, tables)
+        if covered is None:
             why = "reads scalar-prefetch tables whose values are unknown" if tables is None and kernel.prefetch \
                 else "cannot be evaluated"
             unverified.append(f"{label}: its index map {why}: not verified")
             continue
-        total = float(math.prod(shape))
-        if not shape:  # a scalar: written if any step runs
-            written = total if len(idx) else 0.0
-        else:
-            visited = np.unique(idx[np.all((idx >= 0) & (idx < counts), axis=1)], axis=0)
-            # Elements of the blocks visited (those at the far edge hold what is left of the array).
-            extents = [np.minimum(b, s - visited[:, d] * b) for d, (s, b) in enumerate(zip(shape, block))]
-            written = float(np.sum(functools.reduce(np.multiply, extents, np.ones(len(visited)))))
-        if written >= total:
+        if covered >= 1.0:
             continue
-        missing = total - written
-        problems.append(f"{label}: {_percent(missing / total)} of its elements are never written "
+        problems.append(f"{label}: {_percent(1.0 - covered)} of its elements are never written "
                         f"(grid {grid}, block {block} of {shape})")
     return Coverage(problems, unverified)
+
+
+def _covered(kernel: Kernel, w: Window, points: np.ndarray, tables: list | None) -> float | None:
+    """The fraction of the elements of window ``w``'s array that its blocks over the grid
+    visit, or None where its index map cannot be evaluated (or its block does not fit)."""
+    shape, block = tuple(w.shape), tuple(w.block_shape or ())
+    if w.element or len(shape) != len(block) or any(b <= 0 for b in block):
+        return None
+    idx = block_indices(kernel, w, points, tables)
+    if idx is None:
+        return None
+    if not shape:  # a scalar: visited if any step runs
+        return 1.0 if len(idx) else 0.0
+    counts = np.asarray([-(-s // b) for s, b in zip(shape, block)])
+    visited = np.unique(idx[np.all((idx >= 0) & (idx < counts), axis=1)], axis=0)
+    # Elements of the blocks visited (those at the far edge hold what is left of the array).
+    extents = [np.minimum(b, s - visited[:, d] * b) for d, (s, b) in enumerate(zip(shape, block))]
+    return float(np.sum(functools.reduce(np.multiply, extents, np.ones(len(visited))))) / float(math.prod(shape))
+
+
+def input_coverage(call: CustomCall, prefetch: list | None = None) -> dict:
+    """For each input the pipeline reads in blocks (by window index), the fraction of its
+    elements that some grid step reads (``prefetch`` as for ``kernel_features``); inputs
+    whose index maps cannot be evaluated, and grids sized at run time, are left out."""
+    kernel = parse_kernel(call)
+    bounds, tables = _split(kernel, prefetch)
+    grid, bound = grid_values(kernel, bounds)
+    if bound is not None:
+        return {}
+    points = grid_points(grid)
+    found = {}
+    for w in kernel.inputs:
+        covered = _covered(kernel, w, points, tables) if w.pipelined else None
+        if covered is not None:
+            found[w.index] = covered
+    return found
