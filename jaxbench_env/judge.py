@@ -374,11 +374,12 @@ def unseen_control(wl, full, tables: list, check, check_config: dict, seeds=SECR
     if any(leading_operand_count(c) for c in small):
         draw = inputs_of or (lambda seed: wl.make_inputs(check_config, seed))
         table_sets = prefetch_tables_each(check, [draw(seed) for seed in seeds])  # concrete: not all traceable
+
     def evaluated(fn, call, t) -> dict:
         # Not evaluable: at the check size nothing counts as seen; at full size, pricing says why.
         try:
             return fn(call, t)
-        except (mosaic.Unpriceable, ArithmeticError, LookupError, TypeError, ValueError):
+        except mosaic.EVALUATION_ERRORS:  # Unpriceable is a ValueError
             return {}
 
     for small_tables in table_sets:
@@ -566,8 +567,10 @@ def judge(request: Mapping[str, Any]) -> dict:
         result["details"]["check_size"] = wl.shrunk(check_config)  # what the check shrank
         full = programs["full_tpu"]
         tables = unseen = None
-        if backend == "sim":
-            tables = _timed(result, "time", full_size_tables, wl, full)  # the simulator's work, as before
+        if backend == "sim":  # compile first: the commonest failure, and cheaper than the check
+            compiled, profiles = _timed(result, "compile", compile_v6e, full.call, full.in_avals)
+            result["compiled"] = True
+            tables = _timed(result, "time", full_size_tables, wl, full)
             # What the check did not see is priced at a bound. Timing-only runs check nothing: they
             # price the template's schedules as checked runs do at a rung that sees it all.
             if one_program and not request.get("own_expert") and not request.get("compile_only"):
@@ -575,9 +578,6 @@ def judge(request: Mapping[str, Any]) -> dict:
                                 check_config, SECRET_SEEDS, lambda seed: expected(wl, check_config, seed).inputs)
                 if any(unseen) and request["rung"] + 1 < len(wl.check_rungs()):
                     raise SizeBoundary(describe_unseen(full, unseen))  # a check that saw too little: climb
-            # compile first: the commonest failure, and cheaper than the check
-            compiled, profiles = _timed(result, "compile", compile_v6e, full.call, full.in_avals)
-            result["compiled"] = True
         if request.get("compile_only"):
             result["correct"] = None  # not checked, and every report says so
             result["details"]["check"] = request.get("unchecked_because") or COMPILE_ONLY_NOTE

@@ -505,6 +505,11 @@ def _transform(func_op) -> Transform:
 # --- the body as control flow ------------------------------------------------------------
 
 
+# What evaluating a kernel's loops, branches and index maps over its grid raises on a body it
+# cannot follow (malformed or unsupported ops): not a price, and not a guess either.
+EVALUATION_ERRORS = (ArithmeticError, LookupError, TypeError, ValueError)
+
+
 class Unpriceable(ValueError):
     """A kernel the simulator cannot price honestly: a loop whose trip count it can neither
     evaluate nor bound (its bound depends on data the kernel loads, with no cap)."""
@@ -2353,7 +2358,7 @@ def kernel_features(call: CustomCall, prefetch: list | None = None, profile=None
             notes += found.notes
     except Unpriceable:
         raise
-    except (ArithmeticError, IndexError, KeyError, TypeError, ValueError) as e:  # not priced on a guess
+    except EVALUATION_ERRORS as e:  # not priced on a guess
         raise Unpriceable(f"kernel {kernel.name}: its loops and branches could not be evaluated "
                           f"({type(e).__name__}: {e})") from e
     k = assemble(kernel.name, grid, streams, work, kernel.vmem_bytes, tuple(shape for shape, _ in call.results),
