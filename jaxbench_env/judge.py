@@ -360,9 +360,10 @@ def full_size_tables(wl, full) -> list:
 def unseen_control(wl, full, tables: list, check, check_config: dict, seeds=SECRET_SEEDS,
                    inputs_of=None) -> list:
     """Per kernel of the full-size program (its exported order), what it does there that the
-    check-size program ``check`` never did on the check's inputs (``mosaic.Unseen``): loops
-    and branch sides (``mosaic.unseen_items``; the check's patterns are the union over
-    ``seeds``), and inputs read whole in the check but not at full size.
+    check-size program ``check`` never did on the check's inputs (``mosaic.Unseen``): loops,
+    branch sides and decisions (comparisons, selects, mins and maxes of its body and index
+    maps: ``mosaic.unseen_items``; the check's patterns are the union over ``seeds``), and
+    inputs read whole in the check but not at full size.
     ``inputs_of(seed)``: the check's inputs (default: drawn again)."""
     from jaxbench_env.sim import mosaic
     from jaxbench_env.sim.prefetch import leading_operand_count, prefetch_tables_each
@@ -390,8 +391,8 @@ def unseen_control(wl, full, tables: list, check, check_config: dict, seeds=SECR
     unseen = []
     for call, t, s, w in zip(mosaic.stablehlo_custom_calls(full.mlir_module()), tables, seen, whole):
         partial = {i for i, f in evaluated(mosaic.input_coverage, call, t).items() if f < 1.0}
-        unseen.append(mosaic.Unseen(mosaic.unseen_items(s, evaluated(mosaic.control_patterns, call, t)),
-                                    frozenset(partial & w)))
+        keys = mosaic.unseen_items(s, evaluated(mosaic.control_patterns, call, t))
+        unseen.append(mosaic.as_unseen(call, keys, frozenset(partial & w)))
     return unseen
 
 
@@ -400,15 +401,24 @@ def describe_unseen(full, unseen: list) -> str:
     from jaxbench_env.sim import mosaic
 
     for n, (call, found) in enumerate(zip(mosaic.stablehlo_custom_calls(full.mlir_module()), unseen)):
+        places = sorted({"its body" if k[0] == "decision" else f"the index map of window {k[1]}"
+                         for k in found.decisions})
+        decided = (f"kernel {n} decides at full size a way it never did at the check size (a comparison, select, "
+                   f"min or max in {places[0] if places else ''} takes a side there that no check-size step took: "
+                   "a bound or an index that binds only at full size)")
+        if "its body" in places:  # the loops and arms found depend on it
+            return decided
         if found.items:
             body = mosaic.parse_kernel(call).body
             labels = sorted({body.items[i].label.split(" (")[0] for i in found.items})
             return (f"kernel {n}'s {', '.join(labels)} at full size do what they never did at the check size "
                     "(a branch side never taken or always taken, a loop never skipped or whose trip count never "
                     "varied)")
-        if found.inputs:
-            return (f"kernel {n} reads all of its input {min(found.inputs)} at the check size but not at full size "
+        if found.short:
+            return (f"kernel {n} reads all of its input {min(found.short)} at the check size but not at full size "
                     "(an index map that stops short of the array there)")
+        if places:
+            return decided
     return ""
 
 

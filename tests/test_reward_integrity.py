@@ -459,6 +459,50 @@ def row_panels(rows: str) -> str:
     return ROW_PANELS.replace("ROWS", rows)
 
 
+# A tiled gemm whose product runs in a loop over K's two halves, one trip more on row block 0
+# (an idle one, past the guard). Capped with ``jnp.maximum(3 - i, 1)`` instead, the loop runs
+# the same trips at the check size's two row blocks and one at full size's rows 2 and 3: its
+# patterns (runs, varies) are those of the honest loop at both sizes; only the maximum shows it.
+CHUNKED = src("""
+    from jax.experimental.pallas import tpu as pltpu
+
+    def kernel(a_ref, b_ref, o_ref, acc_ref):
+        acc_ref[...] = jnp.zeros_like(acc_ref)
+
+        def chunk(t, carry):
+            @pl.when(t < 2)
+            def _():
+                s = pl.multiple_of(t * 512, 512)
+                acc_ref[...] += jnp.dot(a_ref[:, pl.ds(s, 512)].astype(jnp.float32),
+                                        b_ref[pl.ds(s, 512), :].astype(jnp.float32),
+                                        precision=jax.lax.Precision.HIGHEST, preferred_element_type=jnp.float32)
+            return carry
+
+        jax.lax.fori_loop(0, TRIPS, chunk, 0)
+        o_ref[...] = acc_ref[...].astype(o_ref.dtype)
+
+    def workload(a, b):
+        (m, kk), n = a.shape, b.shape[1]
+        bm, bn = 512, 1024
+        return pl.pallas_call(
+            kernel, grid=(m // bm, n // bn),
+            in_specs=[pl.BlockSpec((bm, kk), lambda i, j: (i, 0)), pl.BlockSpec((kk, bn), lambda i, j: (0, j))],
+            out_specs=pl.BlockSpec((bm, bn), lambda i, j: (i, j)),
+            out_shape=jax.ShapeDtypeStruct((m, n), a.dtype),
+            scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32)])(a, b)
+    """)
+TRIPS = {"honest": "jnp.where(pl.program_id(0) == 0, 3, 2)", "capped": "jnp.maximum(3 - pl.program_id(0), 1)"}
+
+
+def chunked(trips: str) -> str:
+    return CHUNKED.replace("TRIPS", TRIPS[trips])
+
+
+# Row panels read whole on the first column pass (j == 0) and, at full size, row block 4 kept
+# for rows 4-7 on the others: every block is read once (coverage is whole), fewer are fetched.
+REUSED = "jnp.where((j == 0) | (i < 4), i, 4)"
+
+
 @pytest.mark.parametrize("skip", ["branch", "loop", "while"])
 def test_work_skipped_past_the_check_grid_is_checked_where_it_is_skipped(env, honest_reward, skip):
     # At the first check size the grid has two row blocks, where the product always runs; the
@@ -476,16 +520,34 @@ def test_an_input_read_whole_only_at_the_check_size_is_checked_where_it_is_not(e
     assert_next_honest_is_unaffected(env, honest_reward)
 
 
-@pytest.mark.parametrize("honest_source, cheat, said, least", [
+@pytest.mark.parametrize("cheat, fragment", [
+    (chunked("capped"), "decides at full size a way it never did at the check size (a comparison, select, "
+                        "min or max in its body"),
+    (row_panels(REUSED), "min or max in the index map of window 0"),
+], ids=["loop-cap", "index-reuse"])
+def test_a_bound_or_index_deciding_past_the_check_grid_is_checked_there(env, honest_reward, cheat, fragment):
+    # Loops and inputs that behave alike at both sizes by every other measure: only the
+    # maximum (the index map's select) takes a side at full size that no check-size step took.
+    assert_penalized(env, cheat, "wrong result")
+    result = env.evaluator.evaluate(Candidate(cheat, {}))
+    assert fragment in result.details["climbed"][0], result.details
+    assert_next_honest_is_unaffected(env, honest_reward)
+
+
+@pytest.mark.parametrize("honest_source, cheat, said, least, most", [
     # The product compiles to ~10% fewer bundles inside the branch than inline: another program.
-    (pallas_gemm("honest"), pallas_gemm("branch"), "never showed", 0.85),
-    (row_panels("i"), row_panels("jnp.minimum(i, 3)"), "read whole at the check size", 0.95),
-], ids=["branch", "index-map"])
-def test_what_no_check_size_saw_is_priced_as_done(honest_source, cheat, said, least):
+    (pallas_gemm("honest"), pallas_gemm("branch"), "never showed", 0.85, 0.95),
+    (row_panels("i"), row_panels("jnp.minimum(i, 3)"), "read whole only at the check size", 0.95, 0.95),
+    (chunked("honest"), chunked("capped"), "deciding a way it never did", 0.95, 0.9),
+    # Three of eight row panels re-read on three of four passes: a few percent of the traffic.
+    (row_panels("i"), row_panels(REUSED), "deciding a way it never did", 0.95, 0.97),
+], ids=["branch", "index-map", "loop-cap", "index-reuse"])
+def test_what_no_check_size_saw_is_priced_as_done(honest_source, cheat, said, least, most):
     """Where no affordable check size shows what a kernel does at full size (taken here as the
     first, priced as if it were the last), it is charged at a bound: a branch as if it ran
-    wherever reached, an input as a fresh block every step. That is the honest price,
-    flagged; priced as it runs, the cheat would be faster than the honest kernel."""
+    wherever reached, a loop at its largest trip count, an input as a fresh block every
+    step. That is the honest price, flagged; priced as it runs, the cheat would be faster
+    than the honest kernel."""
     import workloads
     from jaxbench_env import candidate_process, judge
 
@@ -505,5 +567,5 @@ def test_what_no_check_size_saw_is_priced_as_done(honest_source, cheat, said, le
     (honest, details), _ = priced["honest"]
     (bounded, bound_details), (as_run, _) = priced["cheat"]
     assert details["bounds"] == [], details["caveats"]
-    assert bounded > least * honest and as_run < 0.95 * honest, (bounded, as_run, honest)
+    assert bounded > least * honest and as_run < most * honest, (bounded, as_run, honest)
     assert any(said in b for b in bound_details["bounds"]), bound_details["bounds"]

@@ -538,6 +538,7 @@ class _Op:
     regions: tuple = ()  # _Region
     item: int = -1  # a loop's item, an scf.if's then-arm item
     else_item: int = -1  # an scf.if's else-arm item
+    decision: int = -1  # a comparison, select, min or max: its number in body order (``_DECISIONS``)
 
 
 @dataclass(frozen=True)
@@ -784,7 +785,8 @@ def _body_ir(func_op) -> Body:
     items: list = []
     written: set = set()
     roots: dict = {}  # value id -> the function argument a ref was derived from
-    numbers = {"loop": 0, "branch": 0}
+    numbers = {"loop": 0, "branch": 0, "decision": 0}
+    made: dict = {}  # value id -> (the name, the constant value) of the op defining it
 
     def vid(v):
         i = ids.get(v)
@@ -848,8 +850,13 @@ def _body_ir(func_op) -> Body:
                 regions = (then, other)
             elif subs:
                 regions = tuple(build(sub, parent) for sub in subs)
+            decision = -1
+            if _decides(name, operands, made):
+                decision = numbers["decision"]
+                numbers["decision"] += 1
+            made.update((r, (name, attrs.get("value"))) for r in res)
             ops.append(_Op(name, res, operands, attrs, tuple(width(r.type) for r in o.results),
-                           tuple(width(v.type) for v in o.operands), regions, item, else_item))
+                           tuple(width(v.type) for v in o.operands), regions, item, else_item, decision))
         return _Region(args, tuple(ops), work, size)
 
     top = build(top_scan, -1)
@@ -1007,6 +1014,59 @@ def _needed(top: _Region, roots: dict) -> set:
         if not more:
             return needed
         close(more)
+
+
+def _downstream(body: Body, decisions: set) -> set:
+    """The items (loops, arms) whose trip counts or predicates depend on the results of the
+    body's decision ops numbered ``decisions``: their values followed forward through scalar
+    ops, loop-carried and yielded values, and (every load, once one is) scalars stored."""
+    ops = list(_all_ops(body.region))
+    tainted = {r for op in ops if op.decision in decisions for r in op.results}
+    stored = False  # a tainted value was stored: what any load reads may depend on it
+
+    def yields(region: _Region) -> tuple:
+        return region.ops[-1].operands if region.ops and region.ops[-1].name in _TERMINATORS else ()
+
+    while True:
+        before = (len(tainted), stored)
+        for op in ops:
+            if op.name == "memref.store":
+                stored = stored or (bool(op.operands) and op.operands[0] in tainted)
+            elif op.name == "memref.load" and stored:
+                tainted.update(op.results)
+            elif op.name == "scf.if":
+                for k, r in enumerate(op.results):
+                    if op.operands[0] in tainted or any(k < len(yields(g)) and yields(g)[k] in tainted
+                                                        for g in op.regions):
+                        tainted.add(r)
+            elif op.name == "scf.for" and op.regions:
+                loop = op.regions[0]
+                out = yields(loop)  # (its induction variable takes its values: the loop itself is bounded)
+                for k, init in enumerate(op.operands[3:]):
+                    if init in tainted or (k < len(out) and out[k] in tainted):
+                        tainted.update(x for x in (op.results[k:k + 1] + loop.args[k + 1:k + 2]))
+            elif op.name == "scf.while" and len(op.regions) == 2:
+                first, then = op.regions
+                out, cond = yields(then), yields(first)
+                for k, init in enumerate(op.operands):
+                    if init in tainted or (k < len(out) and out[k] in tainted):
+                        tainted.update(first.args[k:k + 1])
+                for j, fwd in enumerate(cond[1:]):
+                    if fwd in tainted:
+                        tainted.update(then.args[j:j + 1] + op.results[j:j + 1])
+            elif not op.regions and any(v in tainted for v in op.operands):
+                tainted.update(op.results)
+        if (len(tainted), stored) == before:
+            break
+    found = set()
+    for op in ops:
+        if op.name == "scf.while" and len(op.regions) == 2:
+            control = yields(op.regions[0])[:1]
+        else:
+            control = _control_operands(op)
+        if any(v in tainted for v in control):
+            found.update(i for i in (op.item, op.else_item) if i >= 0)
+    return found
 
 
 def _with_dependence(item: ControlItem, op: _Op | None) -> ControlItem:
@@ -1203,30 +1263,68 @@ def _scalar_op(name: str, args: list, attrs: dict, w: int, in_widths: tuple):
     return out
 
 
-def evaluate_transform(t: Transform, points: np.ndarray, tables: list | None) -> np.ndarray | None:
+# Integer ops that choose: which way each went is compared between the check and full size.
+_DECISIONS = frozenset({"arith.cmpi", "arith.select", "arith.minsi", "arith.maxsi", "arith.minui", "arith.maxui"})
+
+
+def _decides(name: str, operands: tuple, made: dict) -> bool:
+    """Whether an op is a decision (``_DECISIONS``) to compare, ``made``: value id -> (the
+    name, the constant value) of the op that defined it. A remainder tested against 0 is the
+    sign correction jnp's ``//`` and ``%`` lower to, not a choice of the program's (whether
+    n is a multiple of a block changes with n): the select it feeds is compared instead."""
+    if name not in _DECISIONS:
+        return False
+    if name == "arith.cmpi" and len(operands) == 2:
+        a, b = (made.get(v, (None, None)) for v in operands)
+        if any(x[0] in ("arith.remsi", "arith.remui") and y == ("arith.constant", 0) for x, y in ((a, b), (b, a))):
+            return False
+    return True
+
+
+def _sides(name: str, args: list, attrs: dict, in_widths: tuple) -> dict:
+    """Which way a decision op went, on exact values: {side: where it went that way}. A
+    comparison is "true" or "false", a select takes "then" or "else", a min or max takes its
+    "first" or "second" operand (where the two differ: a tie takes neither)."""
+    if name == "arith.cmpi":
+        out = _scalar_op(name, args, attrs, 1, in_widths)
+        return {} if out is None else {"true": out != 0, "false": out == 0}
+    if name == "arith.select":
+        c = np.asarray(args[0]) != 0
+        return {"then": c, "else": ~c}
+    a, b = args
+    if name in ("arith.minui", "arith.maxui"):
+        a, b = _unsigned(a, in_widths[0]), _unsigned(b, in_widths[0])
+    first = a < b if name in ("arith.minsi", "arith.minui") else a > b
+    return {"first": first, "second": (a != b) & ~first}
+
+
+def evaluate_transform(t: Transform, points: np.ndarray, tables: list | None,
+                       sides: dict | None = None) -> np.ndarray | None:
     """An index map at every grid point at once: (steps, n_results) int64, or None when it
     cannot be evaluated (an op this evaluator does not know, a table it reads without its
     value, a division by zero).
 
     ``points``: (steps, n_grid) grid indices; ``tables``: the scalar-prefetch operands'
     concrete values (the map's arguments after the grid indices), or None. A table read
-    outside its bounds is clamped, as the jaxpr path's evaluation does."""
+    outside its bounds is clamped, as the jaxpr path's evaluation does. ``sides``, if given,
+    collects which way each decision op of the map went ({op position: sides}, ``_sides``)."""
     try:
-        return _evaluate(t, points, tables)
-    except (ArithmeticError, IndexError, TypeError, ValueError):  # a malformed map: not evaluable
+        return _evaluate(t, points, tables, sides)
+    except EVALUATION_ERRORS:  # a malformed map: not evaluable
         return None
 
 
-def _evaluate(t: Transform, points: np.ndarray, tables: list | None) -> np.ndarray | None:
+def _evaluate(t: Transform, points: np.ndarray, tables: list | None, sides: dict | None) -> np.ndarray | None:
     if not t.supported:
         return None
     steps, n_grid = points.shape
     env: dict = {("arg", i): points[:, i].astype(np.int64) for i in range(n_grid)}
+    made: dict = {}
     for i in range(n_grid, t.n_args):
         j = i - n_grid
         env[("arg", i)] = ("table", j)
     with np.errstate(over="ignore"):
-        for name, results, operands, attrs, widths, in_widths in t.ops:
+        for position, (name, results, operands, attrs, widths, in_widths) in enumerate(t.ops):
             if any(o is None for o in operands):
                 return None
             args = [env.get(o) for o in operands]
@@ -1256,9 +1354,13 @@ def _evaluate(t: Transform, points: np.ndarray, tables: list | None) -> np.ndarr
                 out = table[tuple(idx)].astype(np.int64) if table.size else None
             else:
                 out = _scalar_op(name, args, attrs, w, in_widths)
+                if sides is not None and out is not None and _decides(name, operands, made):
+                    sides.setdefault(position, set()).update(
+                        side for side, where in _sides(name, args, attrs, in_widths).items() if np.any(where))
             if out is None:
                 return None
             env[results[0]] = _wrap(np.asarray(out, np.int64), w)
+            made[results[0]] = (name, attrs.get("value"))
     return None  # no func.return
 
 
@@ -1426,7 +1528,8 @@ class ControlCounts:
     the body issues per grid step (copies started one after another count once; broadcastable);
     ``waited_dma`` and ``waited_groups``: the same for copies waited for right after they start.
     ``patterns``: what each item did over the reached steps ("runs", "skipped": an arm not
-    taken or a loop of no trips, "varies": a loop's trip count differing between steps), for
+    taken or a loop of no trips, "varies": a loop's trip count differing between steps), and
+    under ``("decision", k)`` the sides the body's k-th decision op took (``_sides``), for
     comparing the grid a check ran with the full-size one (``unseen_items``); ``unchecked``:
     items priced at an upper bound because the check never saw what they do at full size."""
 
@@ -1461,8 +1564,8 @@ class ControlCounts:
         if unchecked:
             out.append(f"kernel {kernel}: {', '.join(unchecked)} behaves at full size in a way the check-size run "
                        "never showed (a side it never took, a loop it never skipped or whose trip count never "
-                       "varied), so the check did not verify it there: charged wherever reached, loops at their "
-                       "largest trip count")
+                       "varied, a bound or predicate deciding a way it never did), so the check did not verify it "
+                       "there: charged wherever reached, loops at their largest trip count")
         return out
 
 
@@ -1542,6 +1645,14 @@ class _Evaluator:
         if loop and seen.min() != seen.max():
             found.add("varies")
 
+    def _decided(self, op: _Op, sides: dict, weight) -> None:
+        """Add the sides a decision op took at the reached steps (``patterns[("decision", k)]``)."""
+        reached = self._reached(weight)
+        found = self.counts.patterns.setdefault(("decision", op.decision), set())
+        for side, where in sides.items():
+            if np.any(np.logical_and(where, reached)):
+                found.add(side)
+
     # --- the walk ---
 
     def walk(self, region: _Region, env: dict, weight) -> list:
@@ -1579,7 +1690,7 @@ class _Evaluator:
                 for r, wd in zip(op.results, op.widths):
                     env[r] = _full(wd) if wd else None
             elif op.results and any(r in needed for r in op.results):
-                env[op.results[0]] = self._scalar(op, env)
+                env[op.results[0]] = self._scalar(op, env, weight)
         return []
 
     def _value(self, env: dict, v, w: int = 32):
@@ -1587,7 +1698,7 @@ class _Evaluator:
         x = env.get(v)
         return x if isinstance(x, tuple) and len(x) == 2 else _full(w)
 
-    def _scalar(self, op: _Op, env: dict):
+    def _scalar(self, op: _Op, env: dict, weight=1.0):
         name, w = op.name, (op.widths[0] if op.widths else 0)
         if name == "arith.constant":
             value = op.attrs.get("value")
@@ -1612,7 +1723,10 @@ class _Evaluator:
         if not args or any(not (isinstance(a, tuple) and len(a) == 2) for a in args):
             return _full(w)
         if all(_exact(a) for a in args):
-            out = _scalar_op(name, [a[0] for a in args], op.attrs, w, op.in_widths)
+            values = [a[0] for a in args]
+            out = _scalar_op(name, values, op.attrs, w, op.in_widths)
+            if op.decision >= 0 and out is not None:
+                self._decided(op, _sides(name, values, op.attrs, op.in_widths), weight)
             return _wrapped(out, w) if out is not None else _full(w)
         out = _interval_op(name, args, op.attrs, w, op.in_widths)
         return _norm(out[0], out[1], w) if out is not None else _full(w)
@@ -2021,36 +2135,68 @@ def control_counts(kernel: Kernel, grid: tuple, tables: list | None, unseen: fro
 
 @dataclass(frozen=True)
 class Unseen:
-    """What the check never saw a kernel do at full size: its loops and arms
-    (``unseen_items``), and its inputs read whole at the check size but not at full size
-    (window indices), as an index map ``jnp.minimum(i, 3)`` reads the rows of a check whose
-    grid has four row blocks and only those at full size."""
+    """What the check never saw a kernel do at full size (``as_unseen``), priced at a bound:
+    loops and arms (``items``), and ``windows`` as a fresh block every step. ``short``:
+    inputs read whole at the check size but not at full size (window indices), as an index
+    map ``jnp.minimum(i, 3)`` reads the rows of a check whose grid has four row blocks and
+    only those at full size; ``decisions``: the ``control_patterns`` keys of the decisions
+    that went a way they never did in the check, in the body (whose dependent loops and arms
+    are among ``items``) or in a window's index map (``jnp.where(i < 4, i, 4)`` re-reads one
+    block where the check read each)."""
 
     items: frozenset = frozenset()
-    inputs: frozenset = frozenset()
+    short: frozenset = frozenset()
+    decisions: frozenset = frozenset()
+
+    @property
+    def windows(self) -> frozenset:
+        return self.short | {k[1] for k in self.decisions if k[0] == "index"}
 
     def __bool__(self) -> bool:
-        return bool(self.items or self.inputs)
+        return bool(self.items or self.short or self.decisions)
 
 
 def unseen_items(seen: dict, found: dict) -> frozenset:
-    """The loops and arms that do at full size (``found``: their ``control_patterns`` there)
-    what they never did in the check-size run (``seen``: theirs there): the check verified
-    nothing of that. A branch that runs at every step of the check but not of the full
-    grid, as in a kernel that computes only while ``program_id(0) < 2``, is correct at a size
-    where the grid has two steps and would price the rest of the full grid at nothing."""
+    """The keys of ``control_patterns`` (loops, arms, decisions) that do at full size
+    (``found``: their patterns there) what they never did in the check-size run (``seen``:
+    theirs there): the check verified nothing of that. A branch that runs at every step of
+    the check but not of the full grid, as in a kernel that computes only while
+    ``program_id(0) < 2``, is correct at a size where the grid has two steps and would price
+    the rest of the full grid at nothing; so is a loop bound ``jnp.maximum(3 - i, 1)``, whose
+    maximum takes its second operand only past the check's grid."""
     return frozenset(i for i, did in found.items() if did - seen.get(i, set()))
 
 
 def control_patterns(call: CustomCall, prefetch: list | None) -> dict:
-    """What each loop and arm of the kernel of ``call`` does over its grid (``ControlCounts.patterns``);
-    ``prefetch`` as for ``kernel_features``."""
+    """What each loop, arm and decision of the kernel of ``call`` does over its grid
+    (``ControlCounts.patterns``), and under ``("index", window, position)`` the sides each
+    decision op of a window's index map takes (``_sides``); ``prefetch`` as for
+    ``kernel_features``. Runs are evaluated only where the grid's size is known."""
     kernel = parse_kernel(call)
-    if kernel.body is None:
-        return {}
     bounds, tables = _split(kernel, prefetch)
-    grid, _ = grid_values(kernel, bounds)
-    return control_counts(kernel, grid, tables).patterns
+    grid, bound = grid_values(kernel, bounds)
+    found = control_counts(kernel, grid, tables).patterns if kernel.body is not None else {}
+    if bound is None:
+        points = grid_points(grid)
+        for w in kernel.windows:
+            t = kernel.transforms.get(w.transform) if w.pipelined and w.transform is not None else None
+            if t is not None:
+                sides: dict = {}
+                evaluate_transform(t, points, tables, sides)
+                found.update({("index", w.index, k): did for k, did in sides.items()})
+    return found
+
+
+def as_unseen(call: CustomCall, keys: frozenset, short: frozenset = frozenset()) -> Unseen:
+    """What to price at a bound for the ``unseen_items`` ``keys`` of ``call``'s kernel: its
+    loops and arms, and those whose bounds or predicates depend on a decision of its body;
+    ``short``: inputs read whole only at the check size."""
+    items = {k for k in keys if isinstance(k, int)}
+    decisions = {k[1] for k in keys if not isinstance(k, int) and k[0] == "decision"}
+    body = parse_kernel(call).body if decisions else None
+    if body is not None:
+        items |= _downstream(body, decisions)
+    return Unseen(frozenset(items), frozenset(short), frozenset(k for k in keys if not isinstance(k, int)))
 
 
 # --- the compiled kernel's loops and branches, matched to the body's ------------------------
@@ -2339,15 +2485,17 @@ def kernel_features(call: CustomCall, prefetch: list | None = None, profile=None
     bounds, tables = _split(kernel, prefetch)
     grid, bound = grid_values(kernel, bounds)
     points = grid_points(grid)
-    streams = [Stream(w.block_bytes, None if w.index in unseen.inputs else block_indices(kernel, w, points, tables),
+    fresh = np.arange(len(points), dtype=np.int64)[:, None]  # another block every step: a bound, not unknown
+    streams = [Stream(w.block_bytes, fresh if w.index in unseen.windows else block_indices(kernel, w, points, tables),
                       w.output, w.buffers)
                for w in kernel.windows if w.pipelined]
     try:
         counts = control_counts(kernel, grid, tables, unseen.items)
         notes = counts.notes(kernel.name, kernel.body.items) if kernel.body is not None else []
-        notes += [f"kernel {kernel.name}: input {i} is read whole at the check size but not at full size, so the "
-                  "check did not verify what its blocks hold there: priced as a fresh block every step"
-                  for i in sorted(unseen.inputs)]
+        notes += [f"kernel {kernel.name}: the blocks of window {i} at full size are not those the check-size run "
+                  "verified (an input read whole only at the check size, or an index map deciding a way it never "
+                  "did there): priced as a fresh block every step"
+                  for i in sorted(unseen.windows)]
         dma, groups, waited, waited_groups = (counts.flat(x) if np.ndim(x) else x for x in (
             counts.dma, counts.dma_groups, counts.waited_dma, counts.waited_groups))
         work = (counts.work[0], counts.work[1], counts.work[2], dma)
