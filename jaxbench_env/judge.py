@@ -402,7 +402,8 @@ def describe_unseen(full, unseen: list) -> str:
 
     for n, (call, found) in enumerate(zip(mosaic.stablehlo_custom_calls(full.mlir_module()), unseen)):
         places = sorted({"its body" if k[0] == "decision" else f"the index map of window {k[1]}"
-                         for k in found.decisions})
+                         for k in found.decisions if k[0] != "moves"})
+        moves = sorted((k[1], k[2]) for k in found.decisions if k[0] == "moves")
         decided = (f"kernel {n} decides at full size a way it never did at the check size (a comparison, select, "
                    f"min or max in {places[0] if places else ''} takes a side there that no check-size step took: "
                    "a bound or an index that binds only at full size)")
@@ -419,6 +420,10 @@ def describe_unseen(full, unseen: list) -> str:
                     "(an index map that stops short of the array there)")
         if places:
             return decided
+        if moves:
+            return (f"kernel {n}'s window {moves[0][0]} keeps its block at full size where grid axis {moves[0][1]} "
+                    "advances, where at the check size it always moved on (or moves where it always stayed): blocks "
+                    "reused or fetched in a way the check never verified")
     return ""
 
 

@@ -501,6 +501,8 @@ def chunked(trips: str) -> str:
 # Row panels read whole on the first column pass (j == 0) and, at full size, row block 4 kept
 # for rows 4-7 on the others: every block is read once (coverage is whole), fewer are fetched.
 REUSED = "jnp.where((j == 0) | (i < 4), i, 4)"
+# The same blocks with no comparison at all (jnp's floor division never corrects a sign here).
+REUSED_BY_ARITHMETIC = "i - (i // 4) * (i - 4) * ((j + 3) // 4)"
 
 
 @pytest.mark.parametrize("skip", ["branch", "loop", "while"])
@@ -524,7 +526,8 @@ def test_an_input_read_whole_only_at_the_check_size_is_checked_where_it_is_not(e
     (chunked("capped"), "decides at full size a way it never did at the check size (a comparison, select, "
                         "min or max in its body"),
     (row_panels(REUSED), "min or max in the index map of window 0"),
-], ids=["loop-cap", "index-reuse"])
+    (row_panels(REUSED_BY_ARITHMETIC), "window 0 keeps its block at full size where grid axis"),
+], ids=["loop-cap", "index-reuse", "index-arithmetic"])
 def test_a_bound_or_index_deciding_past_the_check_grid_is_checked_there(env, honest_reward, cheat, fragment):
     # Loops and inputs that behave alike at both sizes by every other measure: only the
     # maximum (the index map's select) takes a side at full size that no check-size step took.
@@ -541,7 +544,8 @@ def test_a_bound_or_index_deciding_past_the_check_grid_is_checked_there(env, hon
     (chunked("honest"), chunked("capped"), "deciding a way it never did", 0.95, 0.9),
     # Three of eight row panels re-read on three of four passes: a few percent of the traffic.
     (row_panels("i"), row_panels(REUSED), "deciding a way it never did", 0.95, 0.97),
-], ids=["branch", "index-map", "loop-cap", "index-reuse"])
+    (row_panels("i"), row_panels(REUSED_BY_ARITHMETIC), "keeping a block where it always moved on", 0.95, 0.97),
+], ids=["branch", "index-map", "loop-cap", "index-reuse", "index-arithmetic"])
 def test_what_no_check_size_saw_is_priced_as_done(honest_source, cheat, said, least, most):
     """Where no affordable check size shows what a kernel does at full size (taken here as the
     first, priced as if it were the last), it is charged at a bound: a branch as if it ran

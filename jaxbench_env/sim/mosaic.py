@@ -2142,7 +2142,8 @@ class Unseen:
     only those at full size; ``decisions``: the ``control_patterns`` keys of the decisions
     that went a way they never did in the check, in the body (whose dependent loops and arms
     are among ``items``) or in a window's index map (``jnp.where(i < 4, i, 4)`` re-reads one
-    block where the check read each)."""
+    block where the check read each), and of the windows whose block stays where a grid axis
+    advances though it always moved in the check, or the reverse (``("moves", window, axis)``)."""
 
     items: frozenset = frozenset()
     short: frozenset = frozenset()
@@ -2150,7 +2151,7 @@ class Unseen:
 
     @property
     def windows(self) -> frozenset:
-        return self.short | {k[1] for k in self.decisions if k[0] == "index"}
+        return self.short | {k[1] for k in self.decisions if k[0] != "decision"}
 
     def __bool__(self) -> bool:
         return bool(self.items or self.short or self.decisions)
@@ -2169,9 +2170,10 @@ def unseen_items(seen: dict, found: dict) -> frozenset:
 
 def control_patterns(call: CustomCall, prefetch: list | None) -> dict:
     """What each loop, arm and decision of the kernel of ``call`` does over its grid
-    (``ControlCounts.patterns``), and under ``("index", window, position)`` the sides each
-    decision op of a window's index map takes (``_sides``); ``prefetch`` as for
-    ``kernel_features``. Runs are evaluated only where the grid's size is known."""
+    (``ControlCounts.patterns``), under ``("index", window, position)`` the sides each
+    decision op of a window's index map takes (``_sides``), and under ``("moves", window,
+    axis)`` whether its block changes or stays as that axis advances (``_moves``); ``prefetch``
+    as for ``kernel_features``. Index maps are evaluated only where the grid's size is known."""
     kernel = parse_kernel(call)
     bounds, tables = _split(kernel, prefetch)
     grid, bound = grid_values(kernel, bounds)
@@ -2180,10 +2182,27 @@ def control_patterns(call: CustomCall, prefetch: list | None) -> dict:
         points = grid_points(grid)
         for w in kernel.windows:
             t = kernel.transforms.get(w.transform) if w.pipelined and w.transform is not None else None
-            if t is not None:
-                sides: dict = {}
-                evaluate_transform(t, points, tables, sides)
-                found.update({("index", w.index, k): did for k, did in sides.items()})
+            if t is None:
+                continue
+            sides: dict = {}
+            idx = evaluate_transform(t, points, tables, sides)
+            found.update({("index", w.index, k): did for k, did in sides.items()})
+            if idx is not None:
+                found.update({("moves", w.index, axis): did for axis, did in _moves(idx, grid).items()})
+    return found
+
+
+def _moves(idx: np.ndarray, grid: tuple) -> dict:
+    """Per grid axis of more than one step, whether a window's block index "changes" or
+    "stays" when that axis advances (``idx``: its block index at every step). Computed any
+    way at all (``k * (1 - i // 2)``), an index that stops moving where the check saw it move
+    re-reads a block the check never saw reused."""
+    shaped = idx.reshape(tuple(grid) + idx.shape[1:])
+    found = {}
+    for axis, n in enumerate(grid):
+        if n > 1:
+            changed = np.any(np.diff(shaped, axis=axis) != 0, axis=-1)
+            found[axis] = {side for side, hit in (("changes", changed.any()), ("stays", (~changed).any())) if hit}
     return found
 
 
@@ -2494,7 +2513,7 @@ def kernel_features(call: CustomCall, prefetch: list | None = None, profile=None
         notes = counts.notes(kernel.name, kernel.body.items) if kernel.body is not None else []
         notes += [f"kernel {kernel.name}: the blocks of window {i} at full size are not those the check-size run "
                   "verified (an input read whole only at the check size, or an index map deciding a way it never "
-                  "did there): priced as a fresh block every step"
+                  "did there, or keeping a block where it always moved on): priced as a fresh block every step"
                   for i in sorted(unseen.windows)]
         dma, groups, waited, waited_groups = (counts.flat(x) if np.ndim(x) else x for x in (
             counts.dma, counts.dma_groups, counts.waited_dma, counts.waited_groups))
