@@ -1529,7 +1529,7 @@ class ControlCounts:
     ``waited_dma`` and ``waited_groups``: the same for copies waited for right after they start.
     ``patterns``: what each item did over the reached steps ("runs", "skipped": an arm not
     taken or a loop of no trips, "varies": a loop's trip count differing between steps), and
-    under ``("decision", k)`` the sides the body's k-th decision op took (``_sides``), for
+    under ``("decision", k)`` the sides the body's k-th decision op took (``_sides``, if asked), for
     comparing the grid a check ran with the full-size one (``unseen_items``); ``unchecked``:
     items priced at an upper bound because the check never saw what they do at full size."""
 
@@ -1575,9 +1575,10 @@ class _Evaluator:
     on intervals of integers, counting the work and the runs of each loop and branch."""
 
     def __init__(self, kernel: Kernel, grid: tuple, tables: list | None, state: dict | None = None,
-                 unseen: frozenset = frozenset()):
+                 unseen: frozenset = frozenset(), decisions: bool = False):
         self.kernel, self.body, self.grid = kernel, kernel.body, tuple(grid)
         self.unseen = unseen  # items whose full-size behaviour the check never saw: priced at a bound
+        self.decisions = decisions  # record the sides decision ops take (for comparing sizes, not pricing)
         self.tables = tables
         self.counts = ControlCounts(self.grid)
         self.budget = _SIM_BUDGET
@@ -1725,7 +1726,7 @@ class _Evaluator:
         if all(_exact(a) for a in args):
             values = [a[0] for a in args]
             out = _scalar_op(name, values, op.attrs, w, op.in_widths)
-            if op.decision >= 0 and out is not None:
+            if self.decisions and op.decision >= 0 and out is not None:
                 self._decided(op, _sides(name, values, op.attrs, op.in_widths), weight)
             return _wrapped(out, w) if out is not None else _full(w)
         out = _interval_op(name, args, op.attrs, w, op.in_widths)
@@ -2085,12 +2086,14 @@ class _Evaluator:
 _STATE_PASSES = 4  # evaluations of the grid to follow scalars a kernel keeps in SMEM from step to step
 
 
-def control_counts(kernel: Kernel, grid: tuple, tables: list | None, unseen: frozenset = frozenset()) -> ControlCounts:
+def control_counts(kernel: Kernel, grid: tuple, tables: list | None, unseen: frozenset = frozenset(),
+                   decisions: bool = False) -> ControlCounts:
     """The runs of each loop and branch of the kernel's body at every grid step (``grid``:
     the grid's values; ``tables``: the scalar-prefetch values, or None). Raises
     ``Unpriceable`` for a loop whose trip count has no upper bound. ``unseen``: items whose
     behaviour here no check saw (``unseen_items``), charged at a bound: an arm wherever its
     branch is reached, a loop at its largest trip count at every step that reaches it.
+    ``decisions``: also record the sides of the body's decision ops in ``patterns``.
 
     A kernel that stores into its scalar-prefetch tables (a flag, the sequence it stopped
     at) reads at each step what the previous steps left there: the grid is evaluated again
@@ -2100,14 +2103,14 @@ def control_counts(kernel: Kernel, grid: tuple, tables: list | None, unseen: fro
     if kernel.body is None:
         return ControlCounts(tuple(grid), work=[kernel.flops, kernel.vector_ops, kernel.transcendentals],
                              dma=kernel.dma_bytes)
-    first = _Evaluator(kernel, grid, tables, unseen=unseen)
+    first = _Evaluator(kernel, grid, tables, unseen=unseen, decisions=decisions)
     if not first.written or tables is None:
         return first.run()
     steps = math.prod(grid)  # 1 for no grid
     shape = tuple(grid)
     state: dict = {}
     for _ in range(_STATE_PASSES):
-        ev = _Evaluator(kernel, grid, tables, state, unseen)
+        ev = _Evaluator(kernel, grid, tables, state, unseen, decisions)
         try:
             counts, error = ev.run(), None
         except Unpriceable as e:  # perhaps only with this pass's guess of the state
@@ -2130,7 +2133,7 @@ def control_counts(kernel: Kernel, grid: tuple, tables: list | None, unseen: fro
                 raise error
             return counts
         state = following
-    return _Evaluator(kernel, grid, tables, None, unseen).run()  # not followed: those loads are unknown
+    return _Evaluator(kernel, grid, tables, None, unseen, decisions).run()  # not followed: those loads are unknown
 
 
 @dataclass(frozen=True)
@@ -2177,7 +2180,7 @@ def control_patterns(call: CustomCall, prefetch: list | None) -> dict:
     kernel = parse_kernel(call)
     bounds, tables = _split(kernel, prefetch)
     grid, bound = grid_values(kernel, bounds)
-    found = control_counts(kernel, grid, tables).patterns if kernel.body is not None else {}
+    found = control_counts(kernel, grid, tables, decisions=True).patterns if kernel.body is not None else {}
     if bound is None:
         points = grid_points(grid)
         for w in kernel.windows:
