@@ -27,7 +27,9 @@ over all the job's processes, polled; plus RLIMIT_DATA per process), copies the 
 result files to the job's directory on the parent's side and writes its own
 ``status.json`` there. The parent reads and validates these files (JSON, sizes, types;
 never pickle) and answers a ``SandboxResult``. Parent and zygote exchange length-prefixed
-JSON frames only.
+JSON frames only. The request itself is a file in the job's directory that the job's
+supervisor reads after the fork: the zygote, whose memory every job inherits, never holds
+one (a job could otherwise find earlier candidates' sources in its heap).
 
 Protections the kernel refuses (no root and no user namespaces, say) are skipped: what
 held is in ``Sandbox.protections`` and one warning names what is missing. Without a PID
@@ -81,8 +83,8 @@ SUPERVISOR_GRACE_S = 30.0  # past the job's timeout, before the parent stops wai
 MEMORY_POLL_S = 0.05
 RESULT_DIR = "/run"  # in the job's mount namespace (its own tmpfs there; /tmp where there is no /run)
 SETUP_FAILED, RESULT_UNWRITABLE = 111, 112  # the job process's own exit codes
-RESULT_FILE, BLOBS_FILE, STATUS_FILE, LOG_FILE, PID_FILE = (
-    "result.json", "blobs.bin", "status.json", "log.txt", "init.pid")
+RESULT_FILE, BLOBS_FILE, STATUS_FILE, LOG_FILE, PID_FILE, REQUEST_FILE = (
+    "result.json", "blobs.bin", "status.json", "log.txt", "init.pid", "request.json")
 ROOT = Path(__file__).resolve().parent.parent
 # Environment variables the zygote keeps from its parent: what Python and jax/libtpu need.
 _ENV_KEEP = ("PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ", "JAX_PLATFORMS", "JAX_ENABLE_X64",
@@ -606,6 +608,8 @@ def _supervise(fn, msg: dict, cfg: dict, want: dict) -> None:
     try:
         cfg = _with_job_uid(cfg)
         dirfd = os.open(msg["dir"], os.O_RDONLY | os.O_DIRECTORY)
+        request = json.loads(_read_bounded(os.path.join(msg["dir"], REQUEST_FILE), MAX_FRAME_BYTES))
+        os.unlink(REQUEST_FILE, dir_fd=dirfd)
         workfd = os.open("work", os.O_RDONLY | os.O_DIRECTORY, dir_fd=dirfd)
         got = _enter_namespaces(cfg, want, strict=True)
         private = got.get("mount_namespace") is True and got.get("private_tmp") is True
@@ -635,7 +639,7 @@ def _supervise(fn, msg: dict, cfg: dict, want: dict) -> None:
                     except OSError:
                         pass
                 os._exit(SETUP_FAILED)
-            _run_job(fn, msg["request"], result_dir)  # never returns
+            _run_job(fn, request, result_dir)  # never returns
         t_fork = time.monotonic()
         os.close(log_w)
         os.close(sync_w)
@@ -1107,8 +1111,10 @@ class Sandbox:
         """Run ``job`` (``module:function``, importable in the zygote) on ``request`` (JSON)."""
         timeout = self.timeout_s if timeout_s is None else float(timeout_s)
         memory = self.memory_bytes if memory_bytes is None else int(memory_bytes)
-        frame = {"op": "run", "job": job, "request": request, "timeout_s": timeout, "memory_bytes": memory}
-        json.dumps(frame, allow_nan=False)  # a caller's error: raise here, not in the zygote
+        frame = {"op": "run", "job": job, "timeout_s": timeout, "memory_bytes": memory}
+        data = json.dumps(request, allow_nan=False).encode()  # a caller's error: raise here, not in the zygote
+        if len(data) > MAX_FRAME_BYTES:
+            raise ValueError(f"a request of {len(data)} bytes is too large")
         with self._lock:
             t0 = time.monotonic()
             try:
@@ -1120,6 +1126,9 @@ class Sandbox:
             os.mkdir(jobdir, 0o711)
             os.mkdir(os.path.join(jobdir, "work"), 0o700)
             try:
+                with open(os.path.join(jobdir, REQUEST_FILE), "xb",
+                          opener=lambda path, flags: os.open(path, flags, 0o600)) as f:
+                    f.write(data)
                 return self._run(jobdir, dict(frame, dir=jobdir), timeout, t0)
             finally:
                 shutil.rmtree(jobdir, ignore_errors=True)

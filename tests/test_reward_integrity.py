@@ -203,6 +203,40 @@ def test_the_candidate_sees_no_secret_no_network_and_no_writable_tree(env, hones
     assert_next_honest_is_unaffected(env, honest_reward)
 
 
+def test_no_earlier_candidates_source_is_in_a_candidates_memory(env, honest_reward):
+    # Every candidate is forked from one pre-warmed process; had it read the earlier requests,
+    # their sources would be in each later candidate's heap. Only a hash of the marker is in
+    # the scanner, so it cannot find its own copy.
+    import hashlib
+    import secrets
+
+    marker = secrets.token_hex(16)
+    reward, info = step(env, HONEST + f"\n# marker:{marker}\n")
+    assert info["correct"], info["error"]
+    scan = textwrap.dedent(f"""
+        import hashlib, re
+        found = set()
+        with open("/proc/self/maps") as maps, open("/proc/self/mem", "rb", 0) as mem:
+            for line in maps:
+                span, perms = line.split()[:2]
+                lo, hi = (int(x, 16) for x in span.split("-"))
+                if not perms.startswith("r") or hi - lo > 2**31:
+                    continue
+                try:
+                    mem.seek(lo)
+                    data = mem.read(hi - lo)
+                except (OSError, ValueError, OverflowError):
+                    continue
+                for m in re.finditer(rb"# marker:([0-9a-f]{{32}})", data):
+                    if hashlib.sha256(m.group(1)).hexdigest() == "{hashlib.sha256(marker.encode()).hexdigest()}":
+                        found.add(line.split()[-1])
+        if found:
+            raise RuntimeError("an earlier candidate's source is in " + ", ".join(sorted(found)))
+        """)
+    reward, info = step(env, scan + HONEST)
+    assert info["correct"] and reward == pytest.approx(honest_reward), info["error"]
+
+
 @pytest.mark.parametrize("attack, fragment", [
     ("os._exit(3)", "exited with code 3"),
     ("sys.setrecursionlimit(10**6)\ndef f(n): return f(n + 1)\nf(0)", ""),
