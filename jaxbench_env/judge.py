@@ -376,23 +376,30 @@ def unseen_control(wl, full, tables: list, check, check_config: dict, seeds=SECR
         draw = inputs_of or (lambda seed: wl.make_inputs(check_config, seed))
         table_sets = prefetch_tables_each(check, [draw(seed) for seed in seeds])  # concrete: not all traceable
 
-    def evaluated(fn, call, t) -> dict:
-        # Not evaluable: at the check size nothing counts as seen; at full size, pricing says why.
+    def evaluated(call, t) -> tuple[dict, dict]:
+        """(patterns of the body and index maps, the fraction of each input read). Not
+        evaluable: at the check size nothing counts as seen; at full size, pricing says why."""
         try:
-            return fn(call, t)
+            body = mosaic.control_patterns(call, t)
         except mosaic.EVALUATION_ERRORS:  # Unpriceable is a ValueError
-            return {}
+            body = {}
+        try:
+            maps, read = mosaic.window_patterns(call, t)
+        except mosaic.EVALUATION_ERRORS:
+            maps, read = {}, {}
+        return {**body, **maps}, read
 
     for small_tables in table_sets:
         for j, call in enumerate(small):
-            for item, did in evaluated(mosaic.control_patterns, call, small_tables[j]).items():
+            patterns, read = evaluated(call, small_tables[j])
+            for item, did in patterns.items():
                 seen[j].setdefault(item, set()).update(did)
-            whole[j].update(i for i, f in evaluated(mosaic.input_coverage, call, small_tables[j]).items() if f >= 1.0)
+            whole[j].update(i for i, f in read.items() if f >= 1.0)
     unseen = []
     for call, t, s, w in zip(mosaic.stablehlo_custom_calls(full.mlir_module()), tables, seen, whole):
-        partial = {i for i, f in evaluated(mosaic.input_coverage, call, t).items() if f < 1.0}
-        keys = mosaic.unseen_items(s, evaluated(mosaic.control_patterns, call, t))
-        unseen.append(mosaic.as_unseen(call, keys, frozenset(partial & w)))
+        patterns, read = evaluated(call, t)
+        partial = {i for i, f in read.items() if f < 1.0}
+        unseen.append(mosaic.as_unseen(call, mosaic.unseen_items(s, patterns), frozenset(partial & w)))
     return unseen
 
 

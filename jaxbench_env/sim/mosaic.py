@@ -1281,21 +1281,22 @@ def _decides(name: str, operands: tuple, made: dict) -> bool:
     return True
 
 
-def _sides(name: str, args: list, attrs: dict, in_widths: tuple) -> dict:
-    """Which way a decision op went, on exact values: {side: where it went that way}. A
-    comparison is "true" or "false", a select takes "then" or "else", a min or max takes its
-    "first" or "second" operand (where the two differ: a tie takes neither)."""
+def _sides(name: str, args: list, out, in_widths: tuple) -> dict:
+    """Which way a decision op went, from its exact operands and result (``_scalar_op``'s):
+    {side: where it went that way}. A comparison is "true" or "false", a select takes "then"
+    or "else", a min or max takes its "first" or "second" operand (where the two differ: a
+    tie takes neither)."""
     if name == "arith.cmpi":
-        out = _scalar_op(name, args, attrs, 1, in_widths)
-        return {} if out is None else {"true": out != 0, "false": out == 0}
+        taken = np.asarray(out) != 0
+        return {"true": taken, "false": ~taken}
     if name == "arith.select":
-        c = np.asarray(args[0]) != 0
-        return {"then": c, "else": ~c}
+        taken = np.asarray(args[0]) != 0
+        return {"then": taken, "else": ~taken}
     a, b = args
-    if name in ("arith.minui", "arith.maxui"):
+    if name in ("arith.minui", "arith.maxui"):  # their result is the unsigned operand
         a, b = _unsigned(a, in_widths[0]), _unsigned(b, in_widths[0])
-    first = a < b if name in ("arith.minsi", "arith.minui") else a > b
-    return {"first": first, "second": (a != b) & ~first}
+    differ = a != b
+    return {"first": differ & (out == a), "second": differ & (out == b)}
 
 
 def evaluate_transform(t: Transform, points: np.ndarray, tables: list | None,
@@ -1356,7 +1357,7 @@ def _evaluate(t: Transform, points: np.ndarray, tables: list | None, sides: dict
                 out = _scalar_op(name, args, attrs, w, in_widths)
                 if sides is not None and out is not None and _decides(name, operands, made):
                     sides.setdefault(position, set()).update(
-                        side for side, where in _sides(name, args, attrs, in_widths).items() if np.any(where))
+                        side for side, where in _sides(name, args, out, in_widths).items() if np.any(where))
             if out is None:
                 return None
             env[results[0]] = _wrap(np.asarray(out, np.int64), w)
@@ -1727,7 +1728,7 @@ class _Evaluator:
             values = [a[0] for a in args]
             out = _scalar_op(name, values, op.attrs, w, op.in_widths)
             if self.decisions and op.decision >= 0 and out is not None:
-                self._decided(op, _sides(name, values, op.attrs, op.in_widths), weight)
+                self._decided(op, _sides(name, values, out, op.in_widths), weight)
             return _wrapped(out, w) if out is not None else _full(w)
         out = _interval_op(name, args, op.attrs, w, op.in_widths)
         return _norm(out[0], out[1], w) if out is not None else _full(w)
@@ -2142,11 +2143,12 @@ class Unseen:
     loops and arms (``items``), and ``windows`` as a fresh block every step. ``short``:
     inputs read whole at the check size but not at full size (window indices), as an index
     map ``jnp.minimum(i, 3)`` reads the rows of a check whose grid has four row blocks and
-    only those at full size; ``decisions``: the ``control_patterns`` keys of the decisions
-    that went a way they never did in the check, in the body (whose dependent loops and arms
-    are among ``items``) or in a window's index map (``jnp.where(i < 4, i, 4)`` re-reads one
-    block where the check read each), and of the windows whose block stays where a grid axis
-    advances though it always moved in the check, or the reverse (``("moves", window, axis)``)."""
+    only those at full size; ``decisions``: the ``control_patterns`` and ``window_patterns``
+    keys of the decisions that went a way they never did in the check, in the body (whose
+    dependent loops and arms are among ``items``) or in a window's index map
+    (``jnp.where(i < 4, i, 4)`` re-reads one block where the check read each), and of the
+    windows whose block stays where a grid axis advances though it always moved in the
+    check, or the reverse (``("moves", window, axis)``)."""
 
     items: frozenset = frozenset()
     short: frozenset = frozenset()
@@ -2161,7 +2163,7 @@ class Unseen:
 
 
 def unseen_items(seen: dict, found: dict) -> frozenset:
-    """The keys of ``control_patterns`` (loops, arms, decisions) that do at full size
+    """The keys of ``control_patterns`` and ``window_patterns`` that do at full size
     (``found``: their patterns there) what they never did in the check-size run (``seen``:
     theirs there): the check verified nothing of that. A branch that runs at every step of
     the check but not of the full grid, as in a kernel that computes only while
@@ -2172,27 +2174,42 @@ def unseen_items(seen: dict, found: dict) -> frozenset:
 
 
 def control_patterns(call: CustomCall, prefetch: list | None) -> dict:
-    """What each loop, arm and decision of the kernel of ``call`` does over its grid
-    (``ControlCounts.patterns``), under ``("index", window, position)`` the sides each
-    decision op of a window's index map takes (``_sides``), and under ``("moves", window,
-    axis)`` whether its block changes or stays as that axis advances (``_moves``); ``prefetch``
-    as for ``kernel_features``. Index maps are evaluated only where the grid's size is known."""
+    """What each loop, arm and decision of the body of the kernel of ``call`` does over its
+    grid (``ControlCounts.patterns``); ``prefetch`` as for ``kernel_features``."""
+    kernel = parse_kernel(call)
+    if kernel.body is None:
+        return {}
+    bounds, tables = _split(kernel, prefetch)
+    grid, _ = grid_values(kernel, bounds)
+    return control_counts(kernel, grid, tables, decisions=True).patterns
+
+
+def window_patterns(call: CustomCall, prefetch: list | None) -> tuple[dict, dict]:
+    """What the index maps of the kernel of ``call`` do over its grid, each evaluated once:
+    under ``("index", window, position)`` the sides each decision op takes (``_sides``),
+    under ``("moves", window, axis)`` whether the block changes or stays as that axis
+    advances (``_moves``); and the fraction of each input's elements its blocks read (by
+    window index; inputs whose maps cannot be evaluated left out). Empty for a grid sized at
+    run time. ``prefetch`` as for ``kernel_features``."""
     kernel = parse_kernel(call)
     bounds, tables = _split(kernel, prefetch)
     grid, bound = grid_values(kernel, bounds)
-    found = control_counts(kernel, grid, tables, decisions=True).patterns if kernel.body is not None else {}
-    if bound is None:
-        points = grid_points(grid)
-        for w in kernel.windows:
-            t = kernel.transforms.get(w.transform) if w.pipelined and w.transform is not None else None
-            if t is None:
-                continue
-            sides: dict = {}
-            idx = evaluate_transform(t, points, tables, sides)
-            found.update({("index", w.index, k): did for k, did in sides.items()})
-            if idx is not None:
-                found.update({("moves", w.index, axis): did for axis, did in _moves(idx, grid).items()})
-    return found
+    found: dict = {}
+    read: dict = {}
+    if bound is not None:
+        return found, read
+    points = grid_points(grid)
+    for w in kernel.windows:
+        sides: dict = {}
+        idx = block_indices(kernel, w, points, tables, sides)
+        found.update({("index", w.index, k): did for k, did in sides.items()})
+        if idx is None:
+            continue
+        found.update({("moves", w.index, axis): did for axis, did in _moves(idx, grid).items()})
+        covered = None if w.output else _covered(w, idx)
+        if covered is not None:
+            read[w.index] = covered
+    return found, read
 
 
 def _moves(idx: np.ndarray, grid: tuple) -> dict:
@@ -2471,8 +2488,10 @@ def _split(kernel: Kernel, prefetch: list | None) -> tuple[list | None, list | N
     return list(prefetch[:n]), list(prefetch[n:])
 
 
-def block_indices(kernel: Kernel, window: Window, points: np.ndarray, tables: list | None) -> np.ndarray | None:
-    """The window's block index at every grid step (steps, ndim), or None (not evaluable)."""
+def block_indices(kernel: Kernel, window: Window, points: np.ndarray, tables: list | None,
+                  sides: dict | None = None) -> np.ndarray | None:
+    """The window's block index at every grid step (steps, ndim), or None (not evaluable);
+    ``sides`` as for ``evaluate_transform``."""
     if not window.pipelined:
         return None
     if window.transform is None:  # no grid: the one block at the origin
@@ -2480,7 +2499,7 @@ def block_indices(kernel: Kernel, window: Window, points: np.ndarray, tables: li
     t = kernel.transforms.get(window.transform)
     if t is None:
         return None
-    idx = evaluate_transform(t, points, tables)
+    idx = evaluate_transform(t, points, tables, sides)
     if idx is None or idx.shape[1] != len(window.block_shape):
         return None
     return idx
@@ -2507,8 +2526,9 @@ def kernel_features(call: CustomCall, prefetch: list | None = None, profile=None
     bounds, tables = _split(kernel, prefetch)
     grid, bound = grid_values(kernel, bounds)
     points = grid_points(grid)
-    fresh = np.arange(len(points), dtype=np.int64)[:, None]  # another block every step: a bound, not unknown
-    streams = [Stream(w.block_bytes, fresh if w.index in unseen.windows else block_indices(kernel, w, points, tables),
+    bounded = unseen.windows
+    fresh = np.arange(len(points), dtype=np.int64)[:, None] if bounded else None  # a bound, not unknown
+    streams = [Stream(w.block_bytes, fresh if w.index in bounded else block_indices(kernel, w, points, tables),
                       w.output, w.buffers)
                for w in kernel.windows if w.pipelined]
     try:
@@ -2517,7 +2537,7 @@ def kernel_features(call: CustomCall, prefetch: list | None = None, profile=None
         notes += [f"kernel {kernel.name}: the blocks of window {i} at full size are not those the check-size run "
                   "verified (an input read whole only at the check size, or an index map deciding a way it never "
                   "did there, or keeping a block where it always moved on): priced as a fresh block every step"
-                  for i in sorted(unseen.windows)]
+                  for i in sorted(bounded)]
         dma, groups, waited, waited_groups = (counts.flat(x) if np.ndim(x) else x for x in (
             counts.dma, counts.dma_groups, counts.waited_dma, counts.waited_groups))
         work = (counts.work[0], counts.work[1], counts.work[2], dma)
@@ -2591,7 +2611,7 @@ def output_coverage(call: CustomCall, prefetch: list | None = None) -> Coverage:
             continue
         if points is None:
             points = grid_points(grid)
-        covered = _covered(kernel, w, points, tables)
+        covered = _covered(w, block_indices(kernel, w, points, tables))
         if covered is None:
             why = "reads scalar-prefetch tables whose values are unknown" if tables is None and kernel.prefetch \
                 else "cannot be evaluated"
@@ -2604,14 +2624,12 @@ def output_coverage(call: CustomCall, prefetch: list | None = None) -> Coverage:
     return Coverage(problems, unverified)
 
 
-def _covered(kernel: Kernel, w: Window, points: np.ndarray, tables: list | None) -> float | None:
+def _covered(w: Window, idx: np.ndarray | None) -> float | None:
     """The fraction of the elements of window ``w``'s array that its blocks over the grid
-    visit, or None where its index map cannot be evaluated (or its block does not fit)."""
+    visit (``idx``: ``block_indices``), or None where its index map cannot be evaluated (or
+    its block does not fit)."""
     shape, block = tuple(w.shape), tuple(w.block_shape or ())
-    if w.element or len(shape) != len(block) or any(b <= 0 for b in block):
-        return None
-    idx = block_indices(kernel, w, points, tables)
-    if idx is None:
+    if idx is None or w.element or len(shape) != len(block) or any(b <= 0 for b in block):
         return None
     if not shape:  # a scalar: visited if any step runs
         return 1.0 if len(idx) else 0.0
@@ -2620,21 +2638,3 @@ def _covered(kernel: Kernel, w: Window, points: np.ndarray, tables: list | None)
     # Elements of the blocks visited (those at the far edge hold what is left of the array).
     extents = [np.minimum(b, s - visited[:, d] * b) for d, (s, b) in enumerate(zip(shape, block))]
     return float(np.sum(functools.reduce(np.multiply, extents, np.ones(len(visited))))) / float(math.prod(shape))
-
-
-def input_coverage(call: CustomCall, prefetch: list | None = None) -> dict:
-    """For each input the pipeline reads in blocks (by window index), the fraction of its
-    elements that some grid step reads (``prefetch`` as for ``kernel_features``); inputs
-    whose index maps cannot be evaluated, and grids sized at run time, are left out."""
-    kernel = parse_kernel(call)
-    bounds, tables = _split(kernel, prefetch)
-    grid, bound = grid_values(kernel, bounds)
-    if bound is not None:
-        return {}
-    points = grid_points(grid)
-    found = {}
-    for w in kernel.inputs:
-        covered = _covered(kernel, w, points, tables) if w.pipelined else None
-        if covered is not None:
-            found[w.index] = covered
-    return found
