@@ -357,13 +357,15 @@ def full_size_tables(wl, full) -> list:
     return prefetch_tables(full, lambda: wl.make_inputs(wl.config, 0))
 
 
-def unseen_control(wl, full, tables: list, check, check_config: dict, seeds=SECRET_SEEDS,
+def unseen_control(wl, full, tables: list, check, check_config: dict, aligned: dict, seeds=SECRET_SEEDS,
                    inputs_of=None) -> list:
     """Per kernel of the full-size program (its exported order), what it does there that the
     check-size program ``check`` never did on the check's inputs (``mosaic.Unseen``): loops,
     branch sides and decisions (comparisons, selects, mins and maxes of its body and index
     maps: ``mosaic.unseen_items``; the check's patterns are the union over ``seeds``), and
-    inputs read whole in the check but not at full size.
+    inputs read whole in the check but not at full size. Each loop, arm and decision is
+    compared with the one the program comparison aligned it with (``aligned``, from
+    ``programs.verify_artifacts``); one without a counterpart saw nothing.
     ``inputs_of(seed)``: the check's inputs (default: drawn again)."""
     from jaxbench_env.sim import mosaic
     from jaxbench_env.sim.prefetch import leading_operand_count, prefetch_tables_each
@@ -396,11 +398,30 @@ def unseen_control(wl, full, tables: list, check, check_config: dict, seeds=SECR
                 seen[j].setdefault(item, set()).update(did)
             whole[j].update(i for i, f in read.items() if f >= 1.0)
     unseen = []
-    for call, t, s, w in zip(mosaic.stablehlo_custom_calls(full.mlir_module()), tables, seen, whole):
+    for call, c, t, s, w in zip(mosaic.stablehlo_custom_calls(full.mlir_module()), small, tables, seen, whole):
         patterns, read = evaluated(call, t)
         partial = {i for i, f in read.items() if f < 1.0}
+        s = _keyed_at_full_size(s, c, call, aligned)
         unseen.append(mosaic.as_unseen(call, mosaic.unseen_items(s, patterns), frozenset(partial & w)))
     return unseen
+
+
+def _keyed_at_full_size(seen: dict, check_call, full_call, aligned: dict) -> dict:
+    """A check-size kernel's patterns under the keys of the full-size kernel's loops, arms and
+    decisions they were aligned with (``mosaic.pattern_sites``): keys are numbered in body
+    order, and a Python loop unrolled more times at full size numbers everything after it
+    differently (an extra iteration's ops stand for the last iteration both sizes have)."""
+    from jaxbench_env.programs import kernel_key
+    from jaxbench_env.sim import mosaic
+
+    ops = aligned.get((kernel_key(check_call.body), kernel_key(full_call.body)), {})
+    at_check = {site: key for key, site in mosaic.pattern_sites(mosaic.parse_kernel(check_call)).items()}
+    out = {key: did for key, did in seen.items() if isinstance(key, tuple) and key[0] == "moves"}
+    for key, (fn, index, part) in mosaic.pattern_sites(mosaic.parse_kernel(full_call)).items():
+        counterpart = at_check.get((fn, ops.get((fn, index)), part))
+        if counterpart in seen:
+            out[key] = seen[counterpart]
+    return out
 
 
 def describe_unseen(full, unseen: list) -> str:
@@ -517,10 +538,11 @@ def baseline(request: Mapping[str, Any]) -> dict:
     return _run(_empty_result(), body)
 
 
-def verify_request(wl, request) -> tuple[dict, dict, list[str], bool]:
+def verify_request(wl, request) -> tuple[dict, dict, list[str], dict | None]:
     """The candidate's programs, read and verified; the check config of its rung; the
-    caveats of a check at that rung; and whether the check-size and full-size programs are
-    one program (False only for a trusted expert's)."""
+    caveats of a check at that rung; and how the ops of the check-size and full-size
+    programs' kernels correspond (``verify_artifacts``), None where they are not one program
+    (only a trusted expert's)."""
     rungs = wl.check_rungs()
     rung = request.get("rung")
     if not isinstance(rung, int) or isinstance(rung, bool) or not 0 <= rung < len(rungs):
@@ -536,14 +558,13 @@ def verify_request(wl, request) -> tuple[dict, dict, list[str], bool]:
     guard_vmem(programs["full_tpu"])  # over VMEM at full size fails whatever the check size
     from jaxbench_env.programs import ProgramMismatch, verify_artifacts
 
-    caveats, one_program = [], True
+    caveats, aligned = [], None
     try:
-        verify_artifacts(programs["full_tpu"], programs["check_tpu"], programs.get("check_cpu"), wl.config,
-                         check_config)
+        aligned = verify_artifacts(programs["full_tpu"], programs["check_tpu"], programs.get("check_cpu"), wl.config,
+                                   check_config)
     except ProgramMismatch as e:
         if not request.get("trusted_expert"):
             raise SizeBoundary(str(e)) from None
-        one_program = False
         # The workload's own expert file, byte for byte (the evaluator vouches): nothing of it
         # runs at the check size, so the check-size program need not be the full-size one.
         caveats.append(f"the expert's check-size program differs from its full-size one: {str(e).splitlines()[0]}")
@@ -554,7 +575,7 @@ def verify_request(wl, request) -> tuple[dict, dict, list[str], bool]:
         if single:
             caveats.append(f"{single} at the largest affordable check size: what happens between its "
                            "steps is not checked")
-    return programs, check_config, caveats, one_program
+    return programs, check_config, caveats, aligned
 
 
 def single_step_axes(check, full) -> str | None:
@@ -583,7 +604,7 @@ def judge(request: Mapping[str, Any]) -> dict:
 
     def body(result):
         result["details"]["check_rung"] = request.get("rung")
-        programs, check_config, caveats, one_program = _timed(result, "verify", verify_request, wl, request)
+        programs, check_config, caveats, aligned = _timed(result, "verify", verify_request, wl, request)
         if caveats:
             result["details"]["check_caveats"] = caveats
         result["details"]["check_size"] = wl.shrunk(check_config)  # what the check shrank
@@ -595,9 +616,9 @@ def judge(request: Mapping[str, Any]) -> dict:
             tables = _timed(result, "time", full_size_tables, wl, full)
             # What the check did not see is priced at a bound. Timing-only runs check nothing: they
             # price the template's schedules as checked runs do at a rung that sees it all.
-            if one_program and not request.get("own_expert") and not request.get("compile_only"):
+            if aligned is not None and not request.get("own_expert") and not request.get("compile_only"):
                 unseen = _timed(result, "verify", unseen_control, wl, full, tables, programs["check_tpu"],
-                                check_config, SECRET_SEEDS, lambda seed: expected(wl, check_config, seed).inputs)
+                                check_config, aligned, SECRET_SEEDS, lambda seed: expected(wl, check_config, seed).inputs)
                 if any(unseen) and request["rung"] + 1 < len(wl.check_rungs()):
                     raise SizeBoundary(describe_unseen(full, unseen))  # a check that saw too little: climb
         if request.get("compile_only"):

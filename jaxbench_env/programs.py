@@ -837,6 +837,9 @@ class _Pair:
     queue: list = field(default_factory=list)
     kernel_pairs: list = field(default_factory=list)
     keep: list = field(default_factory=list)  # MLIR contexts of parsed kernels, alive while comparing
+    # Per pair of Mosaic kernel bodies compared (``kernel_key`` of the first, of the second):
+    # {(function name, op index in the second): the op of the first it was aligned with}.
+    aligned: dict = field(default_factory=dict)
     cpu_first: bool = False  # a CPU program against a TPU one: jax's CPU-only lowerings are allowed
 
     def fail(self, fname: str, node: _Node | None, what: str, kernel: str = "") -> None:
@@ -1002,8 +1005,10 @@ class _Body:
     defined; at different sizes, with the documented equivalences for what is present at
     one size only (identity ops jax omits, Python loops unrolled per size)."""
 
-    def __init__(self, pair: _Pair, fa: _Func, fb: _Func, fname: str, kernel: str = "", unit_axes=()):
+    def __init__(self, pair: _Pair, fa: _Func, fb: _Func, fname: str, kernel: str = "", unit_axes=(),
+                 aligned: dict | None = None):
         self.pair, self.fa, self.fb, self.fname, self.kernel = pair, fa, fb, fname, kernel
+        self.aligned = {} if aligned is None else aligned  # op index in B -> the op of A aligned with it
         self.m: dict[int, set] = {}  # value id in A -> ids in B it may correspond to
         self.alias: dict[int, int] = {}  # value id in A -> the one it stands for (a dropped convert's operand)
         self.r: dict[int, set] = {}  # and back
@@ -1115,6 +1120,7 @@ class _Body:
         except _Diff as d:
             self.fail(x, str(d))
         if x.kind == "op":
+            self.aligned[y.index] = x.index
             self.pair.attrs(x.op, y.op, self.fname, x, kernel=self.kernel)
             if x.name in PART_OPS and self.pair.kind == "size":
                 self.whole_stays_whole(x, y)
@@ -1281,6 +1287,9 @@ class _Body:
             why = self._steps(start - o, p, k_full) and why
         if why:
             return why
+        for t in range(j1, j2):  # an extra iteration's op stands for its counterpart in the one before
+            if B[t].kind == "op" and B[t - p].index in self.aligned:
+                self.aligned[B[t].index] = self.aligned[B[t - p].index]
         shift: dict[int, int] = {}  # values of the last iteration both sizes have -> of the last one
         for q in range(j1 - p, j1):
             for k in range(len(B[q].results)):
@@ -1512,13 +1521,23 @@ class _Kernels:
         if [(o.name, _sym(o)) for o in ops_a] != [(o.name, _sym(o)) for o in ops_b]:
             raise _Diff(f"its Mosaic modules define different functions: {[_sym(o) for o in ops_a]} vs "
                         f"{[_sym(o) for o in ops_b]}")
+        aligned = self.pair.aligned.setdefault((kernel_key(ba), kernel_key(bb)), {})
         for fa, fb in zip(ops_a, ops_b):
             name = _sym(fa)
             label = fname if name == kernel else f"{fname}` > `{name}"
             self.pair.attrs(fa, fb, label, None, skip={"sym_name"}, kernel=kernel)
             bounds_a, bounds_b = _grid(fa), _grid(fb)
             unit = [g for g, (x, y) in enumerate(zip(bounds_a, bounds_b)) if x == 1 and y != 1]
-            _Body(self.pair, _Func(name, fa), _Func(name, fb), label, kernel, unit).run()
+            ops: dict = {}
+            _Body(self.pair, _Func(name, fa), _Func(name, fb), label, kernel, unit, ops).run()
+            aligned.update(((name, b), a) for b, a in ops.items())
+
+
+def kernel_key(body: bytes) -> str:
+    """A Mosaic kernel body's name in ``verify_artifacts``' alignment (``mosaic.CustomCall.body``)."""
+    import hashlib
+
+    return hashlib.sha256(body).hexdigest()
 
 
 def _grid(func_op) -> list[int]:
@@ -1650,13 +1669,19 @@ def _same_interface(programs: list, labels: list) -> None:
 
 
 def verify_artifacts(full_tpu, check_tpu, check_cpu, full_config: Mapping[str, Any],
-                     check_config: Mapping[str, Any], observe=None) -> None:
+                     check_config: Mapping[str, Any], observe=None) -> dict:
     """Raise ``ProgramMismatch`` unless the three exported programs (``jax.export.Exported``;
     ``check_cpu`` may be None when the candidate's kernels cannot be interpreted) are one
     program: allowed ops only, the check-size CPU and TPU programs the same outside the
     Pallas kernels, and the full-size TPU program the check-size one up to sizes (module
     docstring). ``observe(kind, key, check_value, full_value, allowed)``, if given, sees
-    every value that differs between the sizes (for tuning the rule)."""
+    every value that differs between the sizes (for tuning the rule).
+
+    Returns how the Mosaic kernels' ops correspond: {(``kernel_key`` of a check-size kernel
+    body, of the full-size one): {(function name, op index at full size): op index at the
+    check size}}, op indices in preorder; an extra iteration of a Python loop unrolled more
+    times at full size maps to the last iteration both sizes have, an op present at full
+    size only (an identity, a constant) to nothing."""
     mlir, _ = _ir()
     programs = [(full_tpu, "tpu", "full-size TPU"), (check_tpu, "tpu", "check-size TPU")]
     if check_cpu is not None:
@@ -1688,3 +1713,4 @@ def verify_artifacts(full_tpu, check_tpu, check_cpu, full_config: Mapping[str, A
         pair = _Pair("size", ("check-size TPU", "full-size TPU"), (funcs["check-size TPU"], funcs["full-size TPU"]),
                      sized)
         pair.run()
+        return pair.aligned

@@ -532,6 +532,58 @@ def chunked(trips: str) -> str:
     return CHUNKED.replace("TRIPS", TRIPS[trips])
 
 
+# CHUNKED's loop with its trip count cut by ``cut``, a maximum that takes its second operand
+# (0) wherever the check looks and, with ``>> 1``, its first (1) on full size's rows 2 and 3.
+# Before it, a Python loop over the row panels (one iteration at the check size, two at full
+# size) makes a maximum each iteration. Numbered in body order, each full-size decision after
+# it was compared with the check's next one, the cut with one deciding both ways there: the
+# cheat was bounded only where that shift happened to show, 9% under the honest kernel, which
+# was itself charged 10% over for decisions with no counterpart (0.0586, 0.0715 and 0.0647 ms).
+UNROLLED = src("""
+    import functools
+    from jax.experimental.pallas import tpu as pltpu
+
+    def kernel(a_ref, b_ref, o_ref, acc_ref, *, panels):
+        i = pl.program_id(0)
+        acc_ref[...] = jnp.zeros_like(acc_ref)
+        extra = i * 0
+        for r in range(panels):
+            extra = jnp.maximum(i - 9 - r, extra)
+        cut = jnp.maximum((i >> SHIFT) * 2 - 1, 0)
+        trips = jnp.maximum(3 - i * 8, 2) - cut + extra
+        store = jnp.maximum(i, 1 - i) >= 0
+
+        def chunk(t, carry):
+            @pl.when(t < 2)
+            def _():
+                s = pl.multiple_of(t * 512, 512)
+                acc_ref[...] += jnp.dot(a_ref[:, pl.ds(s, 512)].astype(jnp.float32),
+                                        b_ref[pl.ds(s, 512), :].astype(jnp.float32),
+                                        precision=jax.lax.Precision.HIGHEST, preferred_element_type=jnp.float32)
+            return carry
+
+        jax.lax.fori_loop(0, trips, chunk, 0)
+
+        @pl.when(store)
+        def _():
+            o_ref[...] = acc_ref[...].astype(o_ref.dtype)
+
+    def workload(a, b):
+        (m, kk), n = a.shape, b.shape[1]
+        bm, bn = 512, 1024
+        return pl.pallas_call(
+            functools.partial(kernel, panels=m // 1024), grid=(m // bm, n // bn),
+            in_specs=[pl.BlockSpec((bm, kk), lambda i, j: (i, 0)), pl.BlockSpec((kk, bn), lambda i, j: (0, j))],
+            out_specs=pl.BlockSpec((bm, bn), lambda i, j: (i, j)),
+            out_shape=jax.ShapeDtypeStruct((m, n), a.dtype),
+            scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32)])(a, b)
+    """)
+
+
+def unrolled(cut: str) -> str:
+    return UNROLLED.replace("SHIFT", {"honest": "3", "capped": "1"}[cut])
+
+
 # Row panels read whole on the first column pass (j == 0) and, at full size, row block 4 kept
 # for rows 4-7 on the others: every block is read once (coverage is whole), fewer are fetched.
 REUSED = "jnp.where((j == 0) | (i < 4), i, 4)"
@@ -579,7 +631,8 @@ def test_a_bound_or_index_deciding_past_the_check_grid_is_checked_there(env, hon
     # Three of eight row panels re-read on three of four passes: a few percent of the traffic.
     (row_panels("i"), row_panels(REUSED), "deciding a way it never did", 0.95, 0.97),
     (row_panels("i"), row_panels(REUSED_BY_ARITHMETIC), "keeping a block where it always moved on", 0.95, 0.97),
-], ids=["branch", "index-map", "loop-cap", "index-reuse", "index-arithmetic"])
+    (unrolled("honest"), unrolled("capped"), "deciding a way it never did", 0.95, 0.9),
+], ids=["branch", "index-map", "loop-cap", "index-reuse", "index-arithmetic", "after-an-unrolled-loop"])
 def test_what_no_check_size_saw_is_priced_as_done(honest_source, cheat, said, least, most):
     """Where no affordable check size shows what a kernel does at full size (taken here as the
     first, priced as if it were the last), it is charged at a bound: a branch as if it ran
@@ -595,10 +648,10 @@ def test_what_no_check_size_saw_is_priced_as_done(honest_source, cheat, said, le
     for name, source in (("honest", honest_source), ("cheat", cheat)):
         manifest, blobs = candidate_process.build_artifacts({**request, "source": source})
         assert manifest["error"] is None and manifest["rung"] == 0, manifest["error"]
-        programs = judge.read_artifacts(blobs)
-        full, check_config = programs["full_tpu"], wl.check_rungs()[0]
+        programs, check_config, _, aligned = judge.verify_request(wl, {**request, "artifacts": blobs, "rung": 0})
+        full = programs["full_tpu"]
         tables = judge.full_size_tables(wl, full)
-        unseen = judge.unseen_control(wl, full, tables, programs["check_tpu"], check_config)
+        unseen = judge.unseen_control(wl, full, tables, programs["check_tpu"], check_config, aligned)
         compiled, profiles = judge.compile_v6e(full.call, full.in_avals)
         priced[name] = [judge._simulate(wl, compiled, profiles, full, tables, u) for u in (unseen, None)]
         assert bool(any(unseen)) == (name == "cheat"), unseen

@@ -539,6 +539,7 @@ class _Op:
     item: int = -1  # a loop's item, an scf.if's then-arm item
     else_item: int = -1  # an scf.if's else-arm item
     decision: int = -1  # a comparison, select, min or max: its number in body order (``_DECISIONS``)
+    at: int = -1  # its index among the kernel function's ops, in preorder (``pattern_sites``)
 
 
 @dataclass(frozen=True)
@@ -751,6 +752,9 @@ def _body_ir(func_op) -> Body:
                                                            computes)
 
     top_scan = scan(func_op.regions[0])
+    preorder: list = []
+    func_op.walk(lambda o: (preorder.append(o), ir.WalkResult.ADVANCE)[1], ir.WalkOrder.PRE_ORDER)
+    at = {o: i for i, o in enumerate(preorder[1:])}  # the function itself is not one of its ops
 
     # The slice: control operands, terminators' operands, and what computes them.
     seeds = []
@@ -856,7 +860,7 @@ def _body_ir(func_op) -> Body:
                 numbers["decision"] += 1
             made.update((r, (name, attrs.get("value"))) for r in res)
             ops.append(_Op(name, res, operands, attrs, tuple(width(r.type) for r in o.results),
-                           tuple(width(v.type) for v in o.operands), regions, item, else_item, decision))
+                           tuple(width(v.type) for v in o.operands), regions, item, else_item, decision, at[o]))
         return _Region(args, tuple(ops), work, size)
 
     top = build(top_scan, -1)
@@ -2171,6 +2175,30 @@ def unseen_items(seen: dict, found: dict) -> frozenset:
     the rest of the full grid at nothing; so is a loop bound ``jnp.maximum(3 - i, 1)``, whose
     maximum takes its second operand only past the check's grid."""
     return frozenset(i for i, did in found.items() if did - seen.get(i, set()))
+
+
+def pattern_sites(kernel: Kernel) -> dict:
+    """Where each key of ``control_patterns`` and ``window_patterns`` comes from in the
+    kernel's Mosaic module: {key: (function name, op index in preorder, part)}, part "loop",
+    "then", "else" or "decision". The program comparison aligns ops, not keys
+    (``programs.verify_artifacts``): through these, the keys of two sizes are matched where a
+    Python loop unrolled more times at full size numbers the ops after it differently. A
+    block's moves (``("moves", window, axis)``) are no op's: their keys match as they are."""
+    sites: dict = {}
+    if kernel.body is not None:
+        for op in _all_ops(kernel.body.region):
+            if op.item >= 0:
+                sites[op.item] = (kernel.name, op.at, "loop" if op.name in _LOOPS else "then")
+            if op.else_item >= 0:
+                sites[op.else_item] = (kernel.name, op.at, "else")
+            if op.decision >= 0:
+                sites[("decision", op.decision)] = (kernel.name, op.at, "decision")
+    for w in kernel.windows:
+        t = kernel.transforms.get(w.transform) if w.transform else None
+        for k, (name, *_) in enumerate(t.ops if t is not None else ()):
+            if name in _DECISIONS:
+                sites[("index", w.index, k)] = (w.transform, k, "decision")
+    return sites
 
 
 def control_patterns(call: CustomCall, prefetch: list | None) -> dict:
