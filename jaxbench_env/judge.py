@@ -441,8 +441,8 @@ def describe_unseen(full, unseen: list) -> str:
             body = mosaic.parse_kernel(call).body
             labels = sorted({body.items[i].label.split(" (")[0] for i in found.items})
             return (f"kernel {n}'s {', '.join(labels)} at full size do what they never did at the check size "
-                    "(a branch side never taken or always taken, a loop never skipped or whose trip count never "
-                    "varied)")
+                    "(a branch side never taken or always taken, a loop never skipped, whose trip count never "
+                    "varied or never went so low)")
         if found.short:
             return (f"kernel {n} reads all of its input {min(found.short)} at the check size but not at full size "
                     "(an index map that stops short of the array there)")

@@ -525,7 +525,9 @@ CHUNKED = src("""
             out_shape=jax.ShapeDtypeStruct((m, n), a.dtype),
             scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32)])(a, b)
     """)
-TRIPS = {"honest": "jnp.where(pl.program_id(0) == 0, 3, 2)", "capped": "jnp.maximum(3 - pl.program_id(0), 1)"}
+TRIPS = {"honest": "jnp.where(pl.program_id(0) == 0, 3, 2)", "capped": "jnp.maximum(3 - pl.program_id(0), 1)",
+         # The capped count by arithmetic alone, no decision: only its fewest trips show it.
+         "arithmetic": "3 - pl.program_id(0) + (pl.program_id(0) // 2) * (pl.program_id(0) - 2)"}
 
 
 def chunked(trips: str) -> str:
@@ -611,9 +613,10 @@ def test_an_input_read_whole_only_at_the_check_size_is_checked_where_it_is_not(e
 @pytest.mark.parametrize("cheat, fragment", [
     (chunked("capped"), "decides at full size a way it never did at the check size (a comparison, select, "
                         "min or max in its body"),
+    (chunked("arithmetic"), "loop 1 at full size do what they never did at the check size"),
     (row_panels(REUSED), "min or max in the index map of window 0"),
     (row_panels(REUSED_BY_ARITHMETIC), "window 0 keeps its block at full size where grid axis"),
-], ids=["loop-cap", "index-reuse", "index-arithmetic"])
+], ids=["loop-cap", "loop-arithmetic", "index-reuse", "index-arithmetic"])
 def test_a_bound_or_index_deciding_past_the_check_grid_is_checked_there(env, honest_reward, cheat, fragment):
     # Loops and inputs that behave alike at both sizes by every other measure: only the
     # maximum (the index map's select) takes a side at full size that no check-size step took.
@@ -628,11 +631,13 @@ def test_a_bound_or_index_deciding_past_the_check_grid_is_checked_there(env, hon
     (pallas_gemm("honest"), pallas_gemm("branch"), "never showed", 0.85, 0.95),
     (row_panels("i"), row_panels("jnp.minimum(i, 3)"), "read whole only at the check size", 0.95, 0.95),
     (chunked("honest"), chunked("capped"), "deciding a way it never did", 0.95, 0.9),
+    (chunked("honest"), chunked("arithmetic"), "never went so low", 0.95, 0.9),
     # Three of eight row panels re-read on three of four passes: a few percent of the traffic.
     (row_panels("i"), row_panels(REUSED), "deciding a way it never did", 0.95, 0.97),
     (row_panels("i"), row_panels(REUSED_BY_ARITHMETIC), "keeping a block where it always moved on", 0.95, 0.97),
     (unrolled("honest"), unrolled("capped"), "deciding a way it never did", 0.95, 0.9),
-], ids=["branch", "index-map", "loop-cap", "index-reuse", "index-arithmetic", "after-an-unrolled-loop"])
+], ids=["branch", "index-map", "loop-cap", "loop-arithmetic", "index-reuse", "index-arithmetic",
+         "after-an-unrolled-loop"])
 def test_what_no_check_size_saw_is_priced_as_done(honest_source, cheat, said, least, most):
     """Where no affordable check size shows what a kernel does at full size (taken here as the
     first, priced as if it were the last), it is charged at a bound: a branch as if it ran

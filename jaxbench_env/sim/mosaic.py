@@ -1533,7 +1533,8 @@ class ControlCounts:
     the body issues per grid step (copies started one after another count once; broadcastable);
     ``waited_dma`` and ``waited_groups``: the same for copies waited for right after they start.
     ``patterns``: what each item did over the reached steps ("runs", "skipped": an arm not
-    taken or a loop of no trips, "varies": a loop's trip count differing between steps), and
+    taken or a loop of no trips, "varies": a loop's trip count differing between steps,
+    ``("fewest", n)``: the fewest trips a loop ran at a step), and
     under ``("decision", k)`` the sides the body's k-th decision op took (``_sides``, if asked), for
     comparing the grid a check ran with the full-size one (``unseen_items``); ``unchecked``:
     items priced at an upper bound because the check never saw what they do at full size."""
@@ -1568,8 +1569,9 @@ class ControlCounts:
         unchecked = sorted({items[i].label.split(" (")[0] for i in self.unchecked})
         if unchecked:
             out.append(f"kernel {kernel}: {', '.join(unchecked)} behaves at full size in a way the check-size run "
-                       "never showed (a side it never took, a loop it never skipped or whose trip count never "
-                       "varied, a bound or predicate deciding a way it never did), so the check did not verify it "
+                       "never showed (a side it never took, a loop it never skipped, whose trip count never "
+                       "varied or never went so low, a bound or predicate deciding a way it never did), so the "
+                       "check did not verify it "
                        "there: charged wherever reached, loops at their largest trip count")
         return out
 
@@ -1650,6 +1652,8 @@ class _Evaluator:
             found.add("skipped")
         if loop and seen.min() != seen.max():
             found.add("varies")
+        if loop:
+            found.add(("fewest", float(seen.min())))
 
     def _decided(self, op: _Op, sides: dict, weight) -> None:
         """Add the sides a decision op took at the reached steps (``patterns[("decision", k)]``)."""
@@ -2173,8 +2177,16 @@ def unseen_items(seen: dict, found: dict) -> frozenset:
     the check but not of the full grid, as in a kernel that computes only while
     ``program_id(0) < 2``, is correct at a size where the grid has two steps and would price
     the rest of the full grid at nothing; so is a loop bound ``jnp.maximum(3 - i, 1)``, whose
-    maximum takes its second operand only past the check's grid."""
-    return frozenset(i for i, did in found.items() if did - seen.get(i, set()))
+    maximum takes its second operand only past the check's grid. A loop that runs fewer trips
+    at some full-size step than at any check-size step (``("fewest", n)``) did so too: a trip
+    count ``3 - i + (i // 2) * (i - 2)`` runs 3 and 2 trips on the check's two row blocks, as
+    ``jnp.where(i == 0, 3, 2)`` does, and 1 past them."""
+    return frozenset(i for i, did in found.items() if _new(did, seen.get(i, set())))
+
+
+def _new(did: set, before: set) -> bool:
+    fewest = min((p[1] for p in before if isinstance(p, tuple)), default=math.inf)
+    return any(p[1] < fewest if isinstance(p, tuple) else p not in before for p in did)
 
 
 def pattern_sites(kernel: Kernel) -> dict:
