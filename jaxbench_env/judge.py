@@ -415,8 +415,9 @@ def _keyed_at_full_size(seen: dict, check_call, full_call, aligned: dict) -> dic
     from jaxbench_env.sim import mosaic
 
     ops = aligned.get((kernel_key(check_call.body), kernel_key(full_call.body)), {})
-    at_check = {site: key for key, site in mosaic.pattern_sites(mosaic.parse_kernel(check_call)).items()}
-    out = {key: did for key, did in seen.items() if isinstance(key, tuple) and key[0] == "moves"}
+    sites = mosaic.pattern_sites(mosaic.parse_kernel(check_call))
+    at_check = {site: key for key, site in sites.items()}
+    out = {key: did for key, did in seen.items() if key not in sites}  # no op's (block moves, grid axes): as they are
     for key, (fn, index, part) in mosaic.pattern_sites(mosaic.parse_kernel(full_call)).items():
         counterpart = at_check.get((fn, ops.get((fn, index)), part))
         if counterpart in seen:
@@ -443,6 +444,9 @@ def describe_unseen(full, unseen: list) -> str:
             return (f"kernel {n}'s {', '.join(labels)} at full size do what they never did at the check size "
                     "(a branch side never taken or always taken, a loop never skipped, whose trip count never "
                     "varied or never went so low)")
+        if found.grid:
+            return (f"kernel {n}'s grid axis {min(found.grid)}, sized at run time, runs fewer steps at full size than "
+                    "at the check size")
         if found.short:
             return (f"kernel {n} reads all of its input {min(found.short)} at the check size but not at full size "
                     "(an index map that stops short of the array there)")
@@ -453,6 +457,28 @@ def describe_unseen(full, unseen: list) -> str:
                     "advances, where at the check size it always moved on (or moves where it always stayed): blocks "
                     "reused or fetched in a way the check never verified")
     return ""
+
+
+def unbounded_unseen(full, unseen: list) -> str | None:
+    """The first loop that does at full size what no check saw (``unseen_control``) and whose
+    trip count comes from values its kernel loads, in words; None if there is none. Such a
+    loop has no bound to price it at: its largest trip count is the one on the inputs the time
+    is priced on, the spec's own (seed 0, public), and a kernel that recognises them by their
+    values could run no trips on them alone."""
+    from jaxbench_env.sim import mosaic
+
+    for n, (call, found) in enumerate(zip(mosaic.stablehlo_custom_calls(full.mlir_module()), unseen)):
+        if found.grid:
+            return (f"kernel {n}'s grid axis {min(found.grid)}, sized at run time from the inputs, runs fewer steps at "
+                    "full size than at any check size: nothing the judge controls bounds it on the inputs the time "
+                    "is priced on, so it is not priced")
+        loops = found.items & mosaic.data_loops(call) if found.items else set()
+        if loops:
+            label = mosaic.parse_kernel(call).body.items[min(loops)].label.split(" (")[0]
+            return (f"kernel {n}'s {label} does at full size what it never did at any check size, and its trip "
+                    "count comes from values the kernel loads (computed from the inputs): nothing the judge "
+                    "controls bounds it on the inputs the time is priced on, so it is not priced")
+    return None
 
 
 def _simulate(wl, compiled, profiles, exported=None, tables=None, unseen=None) -> tuple[float, dict]:
@@ -621,6 +647,9 @@ def judge(request: Mapping[str, Any]) -> dict:
                                 check_config, aligned, SECRET_SEEDS, lambda seed: expected(wl, check_config, seed).inputs)
                 if any(unseen) and request["rung"] + 1 < len(wl.check_rungs()):
                     raise SizeBoundary(describe_unseen(full, unseen))  # a check that saw too little: climb
+                unbounded = unbounded_unseen(full, unseen)
+                if unbounded:
+                    raise Rejected(unbounded)
         if request.get("compile_only"):
             result["correct"] = None  # not checked, and every report says so
             result["details"]["check"] = request.get("unchecked_because") or COMPILE_ONLY_NOTE

@@ -593,6 +593,99 @@ REUSED = "jnp.where((j == 0) | (i < 4), i, 4)"
 REUSED_BY_ARITHMETIC = "i - (i // 4) * (i - 4) * ((j + 3) // 4)"
 
 
+# Kernels whose work is set by the glue from the inputs' values: a K loop's trip count read
+# from a scalar-prefetch table, and a grid whose K axis is sized at run time. FLAG recognises
+# the inputs a time is priced on (the spec's, seed 0, public) by two of A's values; the check's
+# inputs (secret seeds) never match, so only the priced run does less work.
+TABLE_TRIPS = src("""
+    from jax.experimental.pallas import tpu as pltpu
+
+    def kernel(t_ref, a_ref, b_ref, o_ref, acc_ref):
+        acc_ref[...] = jnp.zeros_like(acc_ref)
+
+        def chunk(k, carry):
+            s = pl.multiple_of(k * 512, 512)
+            acc_ref[...] += jnp.dot(a_ref[:, pl.ds(s, 512)].astype(jnp.float32),
+                                    b_ref[pl.ds(s, 512), :].astype(jnp.float32),
+                                    precision=jax.lax.Precision.HIGHEST, preferred_element_type=jnp.float32)
+            return carry
+
+        jax.lax.fori_loop(0, t_ref[0], chunk, 0)
+        o_ref[...] = acc_ref[...].astype(o_ref.dtype)
+
+    def workload(a, b):
+        (m, kk), n = a.shape, b.shape[1]
+        bm, bn = 512, 1024
+        trips = jnp.where(FLAG, 0, kk // 512).astype(jnp.int32).reshape(1)
+        return pl.pallas_call(
+            kernel, grid_spec=pltpu.PrefetchScalarGridSpec(
+                num_scalar_prefetch=1, grid=(m // bm, n // bn),
+                in_specs=[pl.BlockSpec((bm, kk), lambda i, j, t: (i, 0)),
+                          pl.BlockSpec((kk, bn), lambda i, j, t: (0, j))],
+                out_specs=pl.BlockSpec((bm, bn), lambda i, j, t: (i, j)),
+                scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32)]),
+            out_shape=jax.ShapeDtypeStruct((m, n), a.dtype))(trips, a, b)
+    """)
+TABLE_GRID = src("""
+    from jax.experimental.pallas import tpu as pltpu
+
+    def kernel(ks_ref, a_ref, b_ref, o_ref, acc_ref):
+        k = pl.program_id(2)
+
+        @pl.when(k == 0)
+        def _():
+            acc_ref[...] = jnp.zeros_like(acc_ref)
+
+        acc_ref[...] += jnp.dot(a_ref[...].astype(jnp.float32), b_ref[...].astype(jnp.float32),
+                                precision=jax.lax.Precision.HIGHEST, preferred_element_type=jnp.float32)
+
+        @pl.when(k == pl.num_programs(2) - 1)
+        def _():
+            o_ref[...] = acc_ref[...].astype(o_ref.dtype)
+
+    def workload(a, b):
+        (m, kk), n = a.shape, b.shape[1]
+        bm, bk, bn = 512, 512, 1024
+        ksteps = jnp.where(FLAG, 1, kk // bk).astype(jnp.int32)
+        return pl.pallas_call(
+            kernel, grid_spec=pltpu.PrefetchScalarGridSpec(
+                num_scalar_prefetch=1, grid=(m // bm, n // bn, ksteps),
+                in_specs=[pl.BlockSpec((bm, bk), lambda i, j, k, s: (i, k)),
+                          pl.BlockSpec((bk, bn), lambda i, j, k, s: (k, j))],
+                out_specs=pl.BlockSpec((bm, bn), lambda i, j, k, s: (i, j)),
+                scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32)]),
+            out_shape=jax.ShapeDtypeStruct((m, n), a.dtype))(ksteps.reshape(1), a, b)
+    """)
+
+
+def recognising_the_priced_inputs(source: str, cheat: bool) -> str:
+    import numpy as np
+
+    import workloads
+
+    a = np.asarray(workloads.get("gemm", CONFIG).make_inputs(CONFIG, 0)[0][0, :2].astype("float32"))
+    flag = f"(a[0, 0].astype(jnp.float32) == {float(a[0])!r}) & (a[0, 1].astype(jnp.float32) == {float(a[1])!r})"
+    return source.replace("FLAG", flag if cheat else "False")
+
+
+@pytest.mark.parametrize("source, fragment", [
+    (TABLE_TRIPS, "loop 1 does at full size what it never did at any check size, and its trip count comes from "
+                  "values the kernel loads"),
+    (TABLE_GRID, "grid axis 2, sized at run time from the inputs, runs fewer steps at full size"),
+], ids=["loop", "grid"])
+def test_work_set_from_the_priced_inputs_values_is_not_priced(env, honest_reward, source, fragment):
+    # Checked at full size on the secret seeds (gemm's last rung), the cheat is correct; the
+    # price comes from the spec's inputs, where its loop runs no trips (its grid one K step).
+    # Bounded by its largest trip count there, it was priced at 0.025 ms, the honest form at
+    # 0.065 ms (the grid: 0.035 against 0.064 ms). Nothing the judge controls bounds such work.
+    _, info = step(env, recognising_the_priced_inputs(source, cheat=False))
+    assert info["correct"] and info["time_ms"] > 0.05, info
+    cheat = recognising_the_priced_inputs(source, cheat=True)
+    assert_penalized(env, cheat, fragment, "not priced")
+    assert env.evaluator.evaluate(Candidate(cheat, {})).details["climbed"]  # cached, with its details
+    assert_next_honest_is_unaffected(env, honest_reward)
+
+
 @pytest.mark.parametrize("skip", ["branch", "loop", "while"])
 def test_work_skipped_past_the_check_grid_is_checked_where_it_is_skipped(env, honest_reward, skip):
     # At the first check size the grid has two row blocks, where the product always runs; the

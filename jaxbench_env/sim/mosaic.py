@@ -1020,12 +1020,12 @@ def _needed(top: _Region, roots: dict) -> set:
         close(more)
 
 
-def _downstream(body: Body, decisions: set) -> set:
-    """The items (loops, arms) whose trip counts or predicates depend on the results of the
-    body's decision ops numbered ``decisions``: their values followed forward through scalar
-    ops, loop-carried and yielded values, and (every load, once one is) scalars stored."""
+def _downstream(body: Body, seeds: set) -> set:
+    """The items (loops, arms) whose trip counts or predicates depend on the values ``seeds``
+    (value ids): followed forward through scalar ops, loop-carried and yielded values, and
+    (every load, once one is) scalars stored."""
     ops = list(_all_ops(body.region))
-    tainted = {r for op in ops if op.decision in decisions for r in op.results}
+    tainted = set(seeds)
     stored = False  # a tainted value was stored: what any load reads may depend on it
 
     def yields(region: _Region) -> tuple:
@@ -1071,6 +1071,28 @@ def _downstream(body: Body, decisions: set) -> set:
         if any(v in tainted for v in control):
             found.update(i for i in (op.item, op.else_item) if i >= 0)
     return found
+
+
+def _decided_by(body: Body, decisions: set) -> set:
+    """The items whose trip counts or predicates depend on the body's decision ops numbered
+    ``decisions``."""
+    return _downstream(body, {r for op in _all_ops(body.region) if op.decision in decisions for r in op.results})
+
+
+def _loaded(body: Body) -> set:
+    """The items whose trip counts or predicates depend on values the body loads
+    (scalar-prefetch tables, scalars in SMEM)."""
+    return _downstream(body, {r for op in _all_ops(body.region) if op.name == "memref.load" for r in op.results})
+
+
+def data_loops(call: CustomCall) -> set:
+    """The loops of the kernel of ``call`` whose trip counts depend on values it loads: on the
+    inputs a time is priced on, they run what the program computed from those inputs, and no
+    evaluation over the grid bounds them."""
+    body = parse_kernel(call).body
+    if body is None:
+        return set()
+    return {i for i in _loaded(body) if body.items[i].kind == "loop"}
 
 
 def _with_dependence(item: ControlItem, op: _Op | None) -> ControlItem:
@@ -1586,6 +1608,9 @@ class _Evaluator:
         self.kernel, self.body, self.grid = kernel, kernel.body, tuple(grid)
         self.unseen = unseen  # items whose full-size behaviour the check never saw: priced at a bound
         self.decisions = decisions  # record the sides decision ops take (for comparing sizes, not pricing)
+        # A loop's fewest trips is compared between sizes only where no loaded value sets them:
+        # the check's inputs are drawn apart from the priced ones, so data-set counts differ anyway.
+        self.loaded = _loaded(self.body) if decisions else set()
         self.tables = tables
         self.counts = ControlCounts(self.grid)
         self.budget = _SIM_BUDGET
@@ -1652,7 +1677,7 @@ class _Evaluator:
             found.add("skipped")
         if loop and seen.min() != seen.max():
             found.add("varies")
-        if loop:
+        if loop and self.decisions and item not in self.loaded:
             found.add(("fewest", float(seen.min())))
 
     def _decided(self, op: _Op, sides: dict, weight) -> None:
@@ -2156,18 +2181,20 @@ class Unseen:
     dependent loops and arms are among ``items``) or in a window's index map
     (``jnp.where(i < 4, i, 4)`` re-reads one block where the check read each), and of the
     windows whose block stays where a grid axis advances though it always moved in the
-    check, or the reverse (``("moves", window, axis)``)."""
+    check, or the reverse (``("moves", window, axis)``). ``grid``: axes sized at run time
+    that run fewer steps at full size than at any check size: no bound prices them."""
 
     items: frozenset = frozenset()
     short: frozenset = frozenset()
     decisions: frozenset = frozenset()
+    grid: frozenset = frozenset()
 
     @property
     def windows(self) -> frozenset:
         return self.short | {k[1] for k in self.decisions if k[0] != "decision"}
 
     def __bool__(self) -> bool:
-        return bool(self.items or self.short or self.decisions)
+        return bool(self.items or self.short or self.decisions or self.grid)
 
 
 def unseen_items(seen: dict, found: dict) -> frozenset:
@@ -2215,13 +2242,17 @@ def pattern_sites(kernel: Kernel) -> dict:
 
 def control_patterns(call: CustomCall, prefetch: list | None) -> dict:
     """What each loop, arm and decision of the body of the kernel of ``call`` does over its
-    grid (``ControlCounts.patterns``); ``prefetch`` as for ``kernel_features``."""
+    grid (``ControlCounts.patterns``), and under ``("grid", axis)`` the steps of each grid
+    axis sized at run time, compared as a loop's fewest trips are (``("fewest", n)``: the
+    grid is a loop too); ``prefetch`` as for ``kernel_features``."""
     kernel = parse_kernel(call)
-    if kernel.body is None:
-        return {}
     bounds, tables = _split(kernel, prefetch)
-    grid, _ = grid_values(kernel, bounds)
-    return control_counts(kernel, grid, tables, decisions=True).patterns
+    grid, bound = grid_values(kernel, bounds)
+    found = {("grid", a): {("fewest", float(grid[a]))}
+             for a, b in enumerate(kernel.iteration_bounds) if b is None and bound is None}
+    if kernel.body is None:
+        return found
+    return {**control_counts(kernel, grid, tables, decisions=True).patterns, **found}
 
 
 def window_patterns(call: CustomCall, prefetch: list | None) -> tuple[dict, dict]:
@@ -2271,11 +2302,13 @@ def as_unseen(call: CustomCall, keys: frozenset, short: frozenset = frozenset())
     loops and arms, and those whose bounds or predicates depend on a decision of its body;
     ``short``: inputs read whole only at the check size."""
     items = {k for k in keys if isinstance(k, int)}
+    grid = {k for k in keys if not isinstance(k, int) and k[0] == "grid"}
     decisions = {k[1] for k in keys if not isinstance(k, int) and k[0] == "decision"}
     body = parse_kernel(call).body if decisions else None
     if body is not None:
-        items |= _downstream(body, decisions)
-    return Unseen(frozenset(items), frozenset(short), frozenset(k for k in keys if not isinstance(k, int)))
+        items |= _decided_by(body, decisions)
+    return Unseen(frozenset(items), frozenset(short), frozenset(k for k in keys if not isinstance(k, int)) - grid,
+                  frozenset(k[1] for k in grid))
 
 
 # --- the compiled kernel's loops and branches, matched to the body's ------------------------
