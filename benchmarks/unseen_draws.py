@@ -22,6 +22,7 @@ from jaxbench_env.cli import parse_pairs
 
 
 def draw_seeds() -> tuple:
+    """Secret seeds as a judge process draws them."""
     return tuple(1000 + int.from_bytes(os.urandom(4), "little") % 2**30 for _ in judge.SECRET_SEEDS)
 
 
@@ -59,9 +60,10 @@ def main() -> None:
         tables = judge.full_size_tables(wl, full)
         counts: collections.Counter = collections.Counter()
         unbounded = 0
+        spec = (judge.SPEC_SEED,) if judge.SPEC_SEED in judge.check_seeds(full) else ()
         for _ in range(args.draws):
             unseen = judge.unseen_control(wl, full, tables, programs["check_tpu"], check_config, aligned,
-                                          draw_seeds())
+                                          draw_seeds() + spec)
             counts.update(findings(unseen))
             unbounded += judge.unbounded_unseen(full, unseen) is not None
         seen = ", ".join(f"kernel {k} {what}: {n}" for (k, what), n in sorted(counts.items())) or "nothing"

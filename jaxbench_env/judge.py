@@ -34,6 +34,7 @@ N_SEEDS = 3
 ARTIFACTS = ("full_tpu", "check_tpu", "check_cpu")
 # Drawn once per judge process: the candidate's process never learns them, nor sees inputs.
 SECRET_SEEDS = tuple(1000 + int.from_bytes(os.urandom(4), "little") % 2**30 for _ in range(N_SEEDS))
+SPEC_SEED = 0  # the spec's own inputs (JAXBench's): a time is priced on them, at full size
 COMPILE_ONLY_NOTE = ("compile-checked only: jax's interpreter cannot run this shipped kernel on a CPU; "
                      "its correctness is checked natively on a TPU")
 
@@ -354,7 +355,21 @@ def full_size_tables(wl, full) -> list:
     the full-size program, on the spec's inputs (``prefetch.prefetch_tables``)."""
     from jaxbench_env.sim.prefetch import prefetch_tables
 
-    return prefetch_tables(full, lambda: wl.make_inputs(wl.config, 0))
+    return prefetch_tables(full, lambda: wl.make_inputs(wl.config, SPEC_SEED))
+
+
+def check_seeds(full) -> tuple:
+    """The seeds of the check of the full-size program ``full``: the secret ones and, where a
+    kernel's work is set by values computed from the inputs (scalar-prefetch operands, a grid
+    sized at run time), the spec's own too. Its time is priced on the spec's inputs, which are
+    public, so a kernel could recognise them (equal group sizes, say) and do less on them
+    alone; checked on inputs of their structure, it does there what it does where priced."""
+    from jaxbench_env.sim import mosaic
+    from jaxbench_env.sim.prefetch import leading_operand_count
+
+    if any(leading_operand_count(c) for c in mosaic.stablehlo_custom_calls(full.mlir_module())):
+        return SECRET_SEEDS + (SPEC_SEED,)
+    return SECRET_SEEDS
 
 
 def unseen_control(wl, full, tables: list, check, check_config: dict, aligned: dict, seeds=SECRET_SEEDS,
@@ -365,18 +380,24 @@ def unseen_control(wl, full, tables: list, check, check_config: dict, aligned: d
     maps: ``mosaic.unseen_items``; the check's patterns are the union over ``seeds``), and
     inputs read whole in the check but not at full size. Each loop, arm and decision is
     compared with the one the program comparison aligned it with (``aligned``, from
-    ``programs.verify_artifacts``); one without a counterpart saw nothing.
+    ``programs.verify_artifacts``); one without a counterpart saw nothing. Where ``seeds``
+    hold the spec's (``check_seeds``), the loops and arms set by values a kernel loads are
+    also compared with what they did on the spec's inputs alone: the full-size run is on the
+    spec's inputs, and what the other seeds' inputs make them do is no sign of what these do.
     ``inputs_of(seed)``: the check's inputs (default: drawn again)."""
     from jaxbench_env.sim import mosaic
     from jaxbench_env.sim.prefetch import leading_operand_count, prefetch_tables_each
 
     small = mosaic.stablehlo_custom_calls(check.mlir_module())
     seen: list[dict] = [{} for _ in small]
+    spec: list[dict] | None = None  # the patterns on the spec's inputs alone, where the check ran them
     whole: list[set] = [set() for _ in small]  # inputs some check read in full
     table_sets = [[[] for _ in small]]  # no tables: the same patterns on every input
     if any(leading_operand_count(c) for c in small):
         draw = inputs_of or (lambda seed: wl.make_inputs(check_config, seed))
         table_sets = prefetch_tables_each(check, [draw(seed) for seed in seeds])  # concrete: not all traceable
+        if SPEC_SEED in seeds:
+            spec = [{} for _ in small]
 
     def evaluated(call, t) -> tuple[dict, dict]:
         """(patterns of the body and index maps, the fraction of each input read). Not
@@ -391,18 +412,24 @@ def unseen_control(wl, full, tables: list, check, check_config: dict, aligned: d
             maps, read = {}, {}
         return {**body, **maps}, read
 
-    for small_tables in table_sets:
+    for seed, small_tables in zip(seeds, table_sets):
         for j, call in enumerate(small):
             patterns, read = evaluated(call, small_tables[j])
             for item, did in patterns.items():
                 seen[j].setdefault(item, set()).update(did)
+                if spec is not None and seed == SPEC_SEED:
+                    spec[j][item] = set(did)
             whole[j].update(i for i, f in read.items() if f >= 1.0)
     unseen = []
-    for call, c, t, s, w in zip(mosaic.stablehlo_custom_calls(full.mlir_module()), small, tables, seen, whole):
+    for j, (call, t) in enumerate(zip(mosaic.stablehlo_custom_calls(full.mlir_module()), tables)):
         patterns, read = evaluated(call, t)
         partial = {i for i, f in read.items() if f < 1.0}
-        s = _keyed_at_full_size(s, c, call, aligned)
-        unseen.append(mosaic.as_unseen(call, mosaic.unseen_items(s, patterns), frozenset(partial & w)))
+        found = mosaic.unseen_items(_keyed_at_full_size(seen[j], small[j], call, aligned), patterns)
+        if spec is not None:
+            data = mosaic.data_items(call)
+            found |= mosaic.unseen_items(_keyed_at_full_size(spec[j], small[j], call, aligned),
+                                         {k: did for k, did in patterns.items() if k in data})
+        unseen.append(mosaic.as_unseen(call, found, frozenset(partial & whole[j])))
     return unseen
 
 
@@ -535,7 +562,7 @@ def _time(result: dict, wl, fn, specs, backend: str, exported=None) -> None:
 
     if backend == "tpu":
         result["compiled"] = True  # it ran on the chip
-        seconds = _timed(result, "time", measure_on_tpu, jax.jit(fn), wl.make_inputs(wl.config, 0))
+        seconds = _timed(result, "time", measure_on_tpu, jax.jit(fn), wl.make_inputs(wl.config, SPEC_SEED))
         result["details"]["device_kind"] = jax.devices()[0].device_kind
     else:
         compiled, profiles = _timed(result, "compile", compile_v6e, fn, specs)
@@ -644,7 +671,8 @@ def judge(request: Mapping[str, Any]) -> dict:
             # price the template's schedules as checked runs do at a rung that sees it all.
             if aligned is not None and not request.get("own_expert") and not request.get("compile_only"):
                 unseen = _timed(result, "verify", unseen_control, wl, full, tables, programs["check_tpu"],
-                                check_config, aligned, SECRET_SEEDS, lambda seed: expected(wl, check_config, seed).inputs)
+                                check_config, aligned, check_seeds(full),
+                                lambda seed: expected(wl, check_config, seed).inputs)
                 if any(unseen) and request["rung"] + 1 < len(wl.check_rungs()):
                     raise SizeBoundary(describe_unseen(full, unseen))  # a check that saw too little: climb
                 unbounded = unbounded_unseen(full, unseen)
@@ -654,13 +682,17 @@ def judge(request: Mapping[str, Any]) -> dict:
             result["correct"] = None  # not checked, and every report says so
             result["details"]["check"] = request.get("unchecked_because") or COMPILE_ONLY_NOTE
         elif backend == "tpu":  # natively, at full size
-            result["max_abs_err"] = _timed(result, "check", check_outputs, wl, full, wl.config)
+            # The timed run's own inputs too: on a chip, work skipped on them alone (a branch in
+            # the glue, say) would be measured.
+            result["max_abs_err"] = _timed(result, "check", check_outputs, wl, full, wl.config,
+                                           SECRET_SEEDS + (SPEC_SEED,))
             result["correct"] = True
         else:
             if "check_cpu" not in programs:
                 raise Rejected("the check-size program could not be built for jax's interpreter: "
                                + str(request.get("interpret_error") or "no reason given"))
-            result["max_abs_err"] = _timed(result, "check", check_outputs, wl, programs["check_cpu"], check_config)
+            result["max_abs_err"] = _timed(result, "check", check_outputs, wl, programs["check_cpu"], check_config,
+                                           check_seeds(full))
             result["correct"] = True
         if backend == "tpu":
             _time(result, wl, full.call, full.in_avals, backend)

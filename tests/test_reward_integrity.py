@@ -595,8 +595,9 @@ REUSED_BY_ARITHMETIC = "i - (i // 4) * (i - 4) * ((j + 3) // 4)"
 
 # Kernels whose work is set by the glue from the inputs' values: a K loop's trip count read
 # from a scalar-prefetch table, and a grid whose K axis is sized at run time. FLAG recognises
-# the inputs a time is priced on (the spec's, seed 0, public) by two of A's values; the check's
-# inputs (secret seeds) never match, so only the priced run does less work.
+# the inputs a time is priced on (the spec's, seed 0, public) by two of A's values, which are
+# the same at every size; the check's secret seeds never match. Keyed on size too (A's sum of
+# squares: 1M at the check size, 2M at full size), it fires only where the time is priced.
 TABLE_TRIPS = src("""
     from jax.experimental.pallas import tpu as pltpu
 
@@ -658,32 +659,74 @@ TABLE_GRID = src("""
     """)
 
 
-def recognising_the_priced_inputs(source: str, cheat: bool) -> str:
+# K's two chunks split between two loops at a point the glue sets from A's first value, so
+# on the check's secret seeds either loop may run no trips. The cheat ends the second loop
+# where the first ends on the spec's inputs at full size: neither runs there, and both were
+# seen skipped on some check input; only the check on the spec's inputs never saw the second
+# skipped.
+TABLE_SPLIT = (TABLE_TRIPS
+               .replace("jax.lax.fori_loop(0, t_ref[0], chunk, 0)",
+                        "jax.lax.fori_loop(0, t_ref[0], chunk, 0)\n    jax.lax.fori_loop(t_ref[0], t_ref[1], chunk, 0)")
+               .replace("trips = jnp.where(FLAG, 0, kk // 512).astype(jnp.int32).reshape(1)",
+                        "split = jnp.where(a[0, 0] > 0, kk // 512, 0)\n"
+                        "    trips = jnp.stack([split, jnp.where(FLAG, split, kk // 512)]).astype(jnp.int32)"))
+
+
+def recognising_the_priced_inputs(source: str, cheat: str) -> str:
     import numpy as np
 
     import workloads
 
     a = np.asarray(workloads.get("gemm", CONFIG).make_inputs(CONFIG, 0)[0][0, :2].astype("float32"))
     flag = f"(a[0, 0].astype(jnp.float32) == {float(a[0])!r}) & (a[0, 1].astype(jnp.float32) == {float(a[1])!r})"
-    return source.replace("FLAG", flag if cheat else "False")
+    flag = {"honest": "False", "values": flag,
+            "values-and-size": f"{flag} & (jnp.sum(jnp.square(a.astype(jnp.float32))) > 1.5e6)"}[cheat]
+    return source.replace("FLAG", flag)
+
+
+@pytest.mark.parametrize("source", [TABLE_TRIPS, TABLE_GRID], ids=["loop", "grid"])
+@pytest.mark.parametrize("cheat", ["values", "values-and-size"])
+def test_work_set_from_the_priced_inputs_values_is_checked_on_them(env, honest_reward, source, cheat):
+    # Before the check ran the spec's inputs too, each cheat was correct on the secret seeds at
+    # full size and priced on the spec's: the loop at 0.025 ms (no trips) against the honest
+    # form's 0.065 ms, the grid at 0.035 against 0.064 ms (one K step).
+    _, info = step(env, recognising_the_priced_inputs(source, "honest"))
+    assert info["correct"] and info["time_ms"] > 0.05, info
+    # Keyed on values alone, it cheats on the check's spec inputs; on size too, only at full
+    # size, which gemm's last rung is (where it is not, the next test's rule applies).
+    assert_penalized(env, recognising_the_priced_inputs(source, cheat), "wrong result")
+    assert_next_honest_is_unaffected(env, honest_reward)
 
 
 @pytest.mark.parametrize("source, fragment", [
     (TABLE_TRIPS, "loop 1 does at full size what it never did at any check size, and its trip count comes from "
                   "values the kernel loads"),
     (TABLE_GRID, "grid axis 2, sized at run time from the inputs, runs fewer steps at full size"),
-], ids=["loop", "grid"])
-def test_work_set_from_the_priced_inputs_values_is_not_priced(env, honest_reward, source, fragment):
-    # Checked at full size on the secret seeds (gemm's last rung), the cheat is correct; the
-    # price comes from the spec's inputs, where its loop runs no trips (its grid one K step).
-    # Bounded by its largest trip count there, it was priced at 0.025 ms, the honest form at
-    # 0.065 ms (the grid: 0.035 against 0.064 ms). Nothing the judge controls bounds such work.
-    _, info = step(env, recognising_the_priced_inputs(source, cheat=False))
-    assert info["correct"] and info["time_ms"] > 0.05, info
-    cheat = recognising_the_priced_inputs(source, cheat=True)
-    assert_penalized(env, cheat, fragment, "not priced")
-    assert env.evaluator.evaluate(Candidate(cheat, {})).details["climbed"]  # cached, with its details
-    assert_next_honest_is_unaffected(env, honest_reward)
+    (TABLE_SPLIT, "does at full size what it never did at any check size, and its trip count comes from values"),
+], ids=["loop", "grid", "split"])
+def test_work_set_from_the_priced_inputs_where_no_check_size_reaches_is_not_priced(source, fragment):
+    """Where the largest check size is below the full size (taken here as the first), work
+    set by loaded values that does at full size what no check showed has no bound the judge
+    controls (its largest trip count on the spec's inputs is the cheat's own): no price."""
+    import workloads
+    from jaxbench_env import candidate_process, judge
+
+    wl = workloads.get("gemm", CONFIG)
+    request = {"workload": "gemm", "config": CONFIG, "schedule": {}, "backend": "sim", "min_rung": 0}
+    for cheat in ("honest", "values-and-size"):
+        manifest, blobs = candidate_process.build_artifacts(
+            {**request, "source": recognising_the_priced_inputs(source, cheat)})
+        assert manifest["error"] is None and manifest["rung"] == 0, manifest["error"]
+        programs, check_config, _, aligned = judge.verify_request(wl, {**request, "artifacts": blobs, "rung": 0})
+        full = programs["full_tpu"]
+        assert judge.SPEC_SEED in judge.check_seeds(full)
+        unseen = judge.unseen_control(wl, full, judge.full_size_tables(wl, full), programs["check_tpu"],
+                                      check_config, aligned, judge.check_seeds(full))
+        unbounded = judge.unbounded_unseen(full, unseen)
+        if cheat == "honest":
+            assert not any(unseen) and unbounded is None, unseen
+        else:
+            assert unbounded is not None and fragment in unbounded, (unseen, unbounded)
 
 
 @pytest.mark.parametrize("skip", ["branch", "loop", "while"])

@@ -1085,14 +1085,18 @@ def _loaded(body: Body) -> set:
     return _downstream(body, {r for op in _all_ops(body.region) if op.name == "memref.load" for r in op.results})
 
 
-def data_loops(call: CustomCall) -> set:
-    """The loops of the kernel of ``call`` whose trip counts depend on values it loads: on the
-    inputs a time is priced on, they run what the program computed from those inputs, and no
-    evaluation over the grid bounds them."""
+def data_items(call: CustomCall) -> set:
+    """The loops and arms of the kernel of ``call`` whose trip counts or predicates depend on
+    values it loads: on the inputs a time is priced on, they do what the program computed from
+    those inputs."""
     body = parse_kernel(call).body
-    if body is None:
-        return set()
-    return {i for i in _loaded(body) if body.items[i].kind == "loop"}
+    return _loaded(body) if body is not None else set()
+
+
+def data_loops(call: CustomCall) -> set:
+    """The loops among ``data_items``: no evaluation over the grid bounds them."""
+    body = parse_kernel(call).body
+    return {i for i in data_items(call) if body.items[i].kind == "loop"}
 
 
 def _with_dependence(item: ControlItem, op: _Op | None) -> ControlItem:
