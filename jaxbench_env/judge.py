@@ -424,31 +424,34 @@ def unseen_control(wl, full, tables: list, check, check_config: dict, aligned: d
     for j, (call, t) in enumerate(zip(mosaic.stablehlo_custom_calls(full.mlir_module()), tables)):
         patterns, read = evaluated(call, t)
         partial = {i for i, f in read.items() if f < 1.0}
-        found = mosaic.unseen_items(_keyed_at_full_size(seen[j], small[j], call, aligned), patterns)
+        check, on_spec = _keyed_at_full_size(small[j], call, aligned, seen[j], spec[j] if spec is not None else {})
+        found = mosaic.unseen_items(check, patterns)
         if spec is not None:
             data = mosaic.data_items(call)
-            found |= mosaic.unseen_items(_keyed_at_full_size(spec[j], small[j], call, aligned),
-                                         {k: did for k, did in patterns.items() if k in data})
+            found |= mosaic.unseen_items(on_spec, {k: did for k, did in patterns.items() if k in data})
         unseen.append(mosaic.as_unseen(call, found, frozenset(partial & whole[j])))
     return unseen
 
 
-def _keyed_at_full_size(seen: dict, check_call, full_call, aligned: dict) -> dict:
-    """A check-size kernel's patterns under the keys of the full-size kernel's loops, arms and
-    decisions they were aligned with (``mosaic.pattern_sites``): keys are numbered in body
-    order, and a Python loop unrolled more times at full size numbers everything after it
-    differently (an extra iteration's ops stand for the last iteration both sizes have)."""
+def _keyed_at_full_size(check_call, full_call, aligned: dict, *patterns: dict) -> list[dict]:
+    """Each of a check-size kernel's ``patterns`` under the keys of the full-size kernel's
+    loops, arms and decisions they were aligned with (``mosaic.pattern_sites``): keys are
+    numbered in body order, and a Python loop unrolled more times at full size numbers
+    everything after it differently (an extra iteration's ops stand for the last iteration
+    both sizes have)."""
     from jaxbench_env.programs import kernel_key
     from jaxbench_env.sim import mosaic
 
     ops = aligned.get((kernel_key(check_call.body), kernel_key(full_call.body)), {})
     sites = mosaic.pattern_sites(mosaic.parse_kernel(check_call))
     at_check = {site: key for key, site in sites.items()}
-    out = {key: did for key, did in seen.items() if key not in sites}  # no op's (block moves, grid axes): as they are
-    for key, (fn, index, part) in mosaic.pattern_sites(mosaic.parse_kernel(full_call)).items():
-        counterpart = at_check.get((fn, ops.get((fn, index)), part))
-        if counterpart in seen:
-            out[key] = seen[counterpart]
+    counterpart = {key: at_check.get((fn, ops.get((fn, index)), part))
+                   for key, (fn, index, part) in mosaic.pattern_sites(mosaic.parse_kernel(full_call)).items()}
+    out = []
+    for seen in patterns:
+        keyed = {key: did for key, did in seen.items() if key not in sites}  # no op's (block moves, grid axes)
+        keyed.update((key, seen[c]) for key, c in counterpart.items() if c in seen)
+        out.append(keyed)
     return out
 
 
@@ -662,6 +665,7 @@ def judge(request: Mapping[str, Any]) -> dict:
             result["details"]["check_caveats"] = caveats
         result["details"]["check_size"] = wl.shrunk(check_config)  # what the check shrank
         full = programs["full_tpu"]
+        seeds = check_seeds(full)
         tables = unseen = None
         if backend == "sim":  # compile first: the commonest failure, and cheaper than the check
             compiled, profiles = _timed(result, "compile", compile_v6e, full.call, full.in_avals)
@@ -671,11 +675,10 @@ def judge(request: Mapping[str, Any]) -> dict:
             # price the template's schedules as checked runs do at a rung that sees it all.
             if aligned is not None and not request.get("own_expert") and not request.get("compile_only"):
                 unseen = _timed(result, "verify", unseen_control, wl, full, tables, programs["check_tpu"],
-                                check_config, aligned, check_seeds(full),
-                                lambda seed: expected(wl, check_config, seed).inputs)
+                                check_config, aligned, seeds, lambda seed: expected(wl, check_config, seed).inputs)
                 if any(unseen) and request["rung"] + 1 < len(wl.check_rungs()):
                     raise SizeBoundary(describe_unseen(full, unseen))  # a check that saw too little: climb
-                unbounded = unbounded_unseen(full, unseen)
+                unbounded = unbounded_unseen(full, unseen) if any(unseen) else None
                 if unbounded:
                     raise Rejected(unbounded)
         if request.get("compile_only"):
@@ -692,7 +695,7 @@ def judge(request: Mapping[str, Any]) -> dict:
                 raise Rejected("the check-size program could not be built for jax's interpreter: "
                                + str(request.get("interpret_error") or "no reason given"))
             result["max_abs_err"] = _timed(result, "check", check_outputs, wl, programs["check_cpu"], check_config,
-                                           check_seeds(full))
+                                           seeds)
             result["correct"] = True
         if backend == "tpu":
             _time(result, wl, full.call, full.in_avals, backend)

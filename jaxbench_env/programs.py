@@ -1005,10 +1005,9 @@ class _Body:
     defined; at different sizes, with the documented equivalences for what is present at
     one size only (identity ops jax omits, Python loops unrolled per size)."""
 
-    def __init__(self, pair: _Pair, fa: _Func, fb: _Func, fname: str, kernel: str = "", unit_axes=(),
-                 aligned: dict | None = None):
+    def __init__(self, pair: _Pair, fa: _Func, fb: _Func, fname: str, kernel: str = "", unit_axes=()):
         self.pair, self.fa, self.fb, self.fname, self.kernel = pair, fa, fb, fname, kernel
-        self.aligned = {} if aligned is None else aligned  # op index in B -> the op of A aligned with it
+        self.aligned: dict[int, int] = {}  # op index in B -> the op of A aligned with it
         self.m: dict[int, set] = {}  # value id in A -> ids in B it may correspond to
         self.alias: dict[int, int] = {}  # value id in A -> the one it stands for (a dropped convert's operand)
         self.r: dict[int, set] = {}  # and back
@@ -1528,9 +1527,9 @@ class _Kernels:
             self.pair.attrs(fa, fb, label, None, skip={"sym_name"}, kernel=kernel)
             bounds_a, bounds_b = _grid(fa), _grid(fb)
             unit = [g for g, (x, y) in enumerate(zip(bounds_a, bounds_b)) if x == 1 and y != 1]
-            ops: dict = {}
-            _Body(self.pair, _Func(name, fa), _Func(name, fb), label, kernel, unit, ops).run()
-            aligned.update(((name, b), a) for b, a in ops.items())
+            body = _Body(self.pair, _Func(name, fa), _Func(name, fb), label, kernel, unit)
+            body.run()
+            aligned.update(((name, b), a) for b, a in body.aligned.items())
 
 
 def kernel_key(body: bytes) -> str:

@@ -28,8 +28,20 @@ HONEST = PRE + "def workload(a, b):\n    return jnp.dot(a, b, preferred_element_
 SECRET = "sk-test-not-for-candidates-1234"
 
 
-def src(body: str) -> str:
-    return PRE + textwrap.dedent(body)
+def src(body: str, *helpers: str) -> str:
+    return PRE + "".join(textwrap.dedent(h) for h in helpers) + textwrap.dedent(body)
+
+
+# K's t-th 512-wide chunk of the product, added to the accumulator: the step of the gemms below
+# whose K loop runs in chunks.
+ADD_CHUNK = """
+    def add_chunk(a_ref, b_ref, acc_ref, t):
+        s = pl.multiple_of(t * 512, 512)
+        acc_ref[...] += jnp.dot(a_ref[:, pl.ds(s, 512)].astype(jnp.float32),
+                                b_ref[pl.ds(s, 512), :].astype(jnp.float32),
+                                precision=jax.lax.Precision.HIGHEST, preferred_element_type=jnp.float32)
+
+    """
 
 
 @pytest.fixture(scope="module")
@@ -506,10 +518,7 @@ CHUNKED = src("""
         def chunk(t, carry):
             @pl.when(t < 2)
             def _():
-                s = pl.multiple_of(t * 512, 512)
-                acc_ref[...] += jnp.dot(a_ref[:, pl.ds(s, 512)].astype(jnp.float32),
-                                        b_ref[pl.ds(s, 512), :].astype(jnp.float32),
-                                        precision=jax.lax.Precision.HIGHEST, preferred_element_type=jnp.float32)
+                add_chunk(a_ref, b_ref, acc_ref, t)
             return carry
 
         jax.lax.fori_loop(0, TRIPS, chunk, 0)
@@ -524,7 +533,7 @@ CHUNKED = src("""
             out_specs=pl.BlockSpec((bm, bn), lambda i, j: (i, j)),
             out_shape=jax.ShapeDtypeStruct((m, n), a.dtype),
             scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32)])(a, b)
-    """)
+    """, ADD_CHUNK)
 TRIPS = {"honest": "jnp.where(pl.program_id(0) == 0, 3, 2)", "capped": "jnp.maximum(3 - pl.program_id(0), 1)",
          # The capped count by arithmetic alone, no decision: only its fewest trips show it.
          "arithmetic": "3 - pl.program_id(0) + (pl.program_id(0) // 2) * (pl.program_id(0) - 2)"}
@@ -558,10 +567,7 @@ UNROLLED = src("""
         def chunk(t, carry):
             @pl.when(t < 2)
             def _():
-                s = pl.multiple_of(t * 512, 512)
-                acc_ref[...] += jnp.dot(a_ref[:, pl.ds(s, 512)].astype(jnp.float32),
-                                        b_ref[pl.ds(s, 512), :].astype(jnp.float32),
-                                        precision=jax.lax.Precision.HIGHEST, preferred_element_type=jnp.float32)
+                add_chunk(a_ref, b_ref, acc_ref, t)
             return carry
 
         jax.lax.fori_loop(0, trips, chunk, 0)
@@ -579,7 +585,7 @@ UNROLLED = src("""
             out_specs=pl.BlockSpec((bm, bn), lambda i, j: (i, j)),
             out_shape=jax.ShapeDtypeStruct((m, n), a.dtype),
             scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32)])(a, b)
-    """)
+    """, ADD_CHUNK)
 
 
 def unrolled(cut: str) -> str:
@@ -605,10 +611,7 @@ TABLE_TRIPS = src("""
         acc_ref[...] = jnp.zeros_like(acc_ref)
 
         def chunk(k, carry):
-            s = pl.multiple_of(k * 512, 512)
-            acc_ref[...] += jnp.dot(a_ref[:, pl.ds(s, 512)].astype(jnp.float32),
-                                    b_ref[pl.ds(s, 512), :].astype(jnp.float32),
-                                    precision=jax.lax.Precision.HIGHEST, preferred_element_type=jnp.float32)
+            add_chunk(a_ref, b_ref, acc_ref, k)
             return carry
 
         jax.lax.fori_loop(0, t_ref[0], chunk, 0)
@@ -626,7 +629,7 @@ TABLE_TRIPS = src("""
                 out_specs=pl.BlockSpec((bm, bn), lambda i, j, t: (i, j)),
                 scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32)]),
             out_shape=jax.ShapeDtypeStruct((m, n), a.dtype))(trips, a, b)
-    """)
+    """, ADD_CHUNK)
 TABLE_GRID = src("""
     from jax.experimental.pallas import tpu as pltpu
 

@@ -1079,10 +1079,12 @@ def _decided_by(body: Body, decisions: set) -> set:
     return _downstream(body, {r for op in _all_ops(body.region) if op.decision in decisions for r in op.results})
 
 
-def _loaded(body: Body) -> set:
+@functools.lru_cache(maxsize=64)
+def _loaded(body: Body) -> frozenset:
     """The items whose trip counts or predicates depend on values the body loads
-    (scalar-prefetch tables, scalars in SMEM)."""
-    return _downstream(body, {r for op in _all_ops(body.region) if op.name == "memref.load" for r in op.results})
+    (scalar-prefetch tables, scalars in SMEM). Cached: every evaluator of a body asks."""
+    return frozenset(_downstream(body, {r for op in _all_ops(body.region) if op.name == "memref.load"
+                                        for r in op.results}))
 
 
 def data_items(call: CustomCall) -> set:
@@ -1090,7 +1092,7 @@ def data_items(call: CustomCall) -> set:
     values it loads: on the inputs a time is priced on, they do what the program computed from
     those inputs."""
     body = parse_kernel(call).body
-    return _loaded(body) if body is not None else set()
+    return _loaded(body) if body is not None else frozenset()
 
 
 def data_loops(call: CustomCall) -> set:
@@ -1614,7 +1616,7 @@ class _Evaluator:
         self.decisions = decisions  # record the sides decision ops take (for comparing sizes, not pricing)
         # A loop's fewest trips is compared between sizes only where no loaded value sets them:
         # the check's inputs are drawn apart from the priced ones, so data-set counts differ anyway.
-        self.loaded = _loaded(self.body) if decisions else set()
+        self.loaded = _loaded(self.body) if decisions else frozenset()
         self.tables = tables
         self.counts = ControlCounts(self.grid)
         self.budget = _SIM_BUDGET
