@@ -355,6 +355,9 @@ SCHEDULES = [
     ("22k", {"layout": "hwnc"}),  # the instance norm from the kernel's per-image sums
     ("18k", {"layout": "hwnc", "pack_w": 2}),  # two columns per matmul row
     ("34k", {"layout": "hwnc", "pack_w": 2}),
+    # 28k's own kernel: the final NCDHW output, banded weights per parity, the LayerNorm fused.
+    ("28k", {"layout": "ncdhw"}),
+    ("28k", {"layout": "ncdhw", "block_co": 4}),
     # No accumulator scratch (one K step): tiles, whole-sample sums, patches from HBM.
     ("33k", {"block_s": 512, "accumulator": "none"}),
     ("25k", {"patches": "vmem_im2col", "accumulator": "none"}),
@@ -383,6 +386,18 @@ def test_hwnc_layout_is_masked_where_its_blocks_do_not_fit():
     odd = CLASSES["18k"]({"height": 21, "width": 21})  # 19 output rows: no block_h divides them
     assert "block_h" in odd.schedule_space().check({**odd.schedule_space().default(), "layout": "hwnc"})
     assert "layout" not in CLASSES["33k"]().schedule_space().names  # a 3-D conv
+
+
+def test_ncdhw_layout_is_masked_where_it_cannot_run():
+    space = CLASSES["28k"]().schedule_space()
+    ncdhw = {**space.default(), "layout": "ncdhw"}
+    assert space.check(ncdhw) is None
+    assert space.inert(ncdhw) == {"block_s", "block_k", "buffers", "patches", "accumulator"}
+    assert space.inert(space.default()) == {"block_k", "block_co"}  # flat, patches in VMEM
+    assert "block_co" in CLASSES["28k"]({"out_channels": 36, "width": 18}).schedule_space().check(
+        {**ncdhw, "block_co": 8})  # 36 channels of 36-wide rows: neither divides
+    assert "VMEM" in CLASSES["28k"]({"depth": 64, "height": 64}).schedule_space().check(ncdhw)
+    assert "layout" not in CLASSES["28k"]({"dtype": "float32"}).schedule_space().names  # bf16 row pairs
 
 
 @pytest.mark.parametrize("case", SCHEDULES, ids=lambda c: f"{c[0]}-{schedule_id(c[1])}")

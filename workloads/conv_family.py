@@ -34,6 +34,8 @@ one standalone module. Knobs:
   relayout copy; block_s, block_k, buffers, patches and accumulator unused), with ``block_h`` output rows per grid
   step, ``block_n`` samples per iteration of its loop and ``pack_w`` adjacent columns per
   matmul row.
+  28k's own "ncdhw" (its own kernel, not the family's: the output written in its final
+  NCDHW layout with the LayerNorm over W fused) takes ``block_co`` output channels per step.
 """
 
 from __future__ import annotations
@@ -213,8 +215,8 @@ class ConvWorkload(KernelBenchWorkload):
         _, kc, _, _ = self.matmul_shape(config)
 
         def check(s):
-            if s.get("layout") == "hwnc":
-                return self.hwnc_check(config, s)
+            if s.get("layout", "flat") != "flat":
+                return self.layout_check(config, s)
             depth = self.contraction(config, s)
             if s["patches"] == "hbm" and s["block_k"] < depth and round_up(depth, 128) % s["block_k"]:
                 return (f"block_k={s['block_k']} does not divide the contraction {depth} padded to "
@@ -262,16 +264,25 @@ class ConvWorkload(KernelBenchWorkload):
         return ScheduleSpace(knobs + self.own_knobs(config), check, conv_inert)
 
     def own_knobs(self, config) -> list[Knob]:
-        """The workload's own knobs (variants of its epilogue), after the family's."""
+        """The workload's own knobs (variants of its epilogue or kernel), after the family's."""
         return []
+
+    def layout_check(self, config, s) -> str | None:
+        """Why schedule ``s`` with a non-flat ``layout`` cannot run (None if it can)."""
+        return self.hwnc_check(config, s)
+
+
+# The knobs only a non-flat layout's kernel reads (conv2d_hwnc's; 28k's ncdhw kernel's).
+LAYOUT_KNOBS = {"hwnc": {"block_h", "block_n", "pack_w"}, "ncdhw": {"block_co"}}
 
 
 def conv_inert(s) -> set:
-    """The knobs a conv schedule leaves unused (``ScheduleSpace.inert``): with layout=hwnc all
-    but the hwnc ones, with the flat kernel the hwnc ones, and block_k when the patches come
-    from VMEM (no K blocks)."""
-    hwnc_knobs = {"block_h", "block_n", "pack_w"}
-    if s.get("layout") == "hwnc":
-        return {"block_s", "block_k", "buffers", "patches", "accumulator"}
-    return (hwnc_knobs & s.keys()) | ({"block_k"} if s["patches"] != "hbm" else set())
+    """The knobs a conv schedule leaves unused (``ScheduleSpace.inert``): with a non-flat layout
+    the flat kernel's and the other layouts' ones, with the flat kernel every layout's ones, and
+    block_k when the patches come from VMEM (no K blocks)."""
+    layout = s.get("layout", "flat")
+    others = set().union(*(knobs for name, knobs in LAYOUT_KNOBS.items() if name != layout)) & s.keys()
+    if layout != "flat":
+        return {"block_s", "block_k", "buffers", "patches", "accumulator"} | others
+    return others | ({"block_k"} if s["patches"] != "hbm" else set())
 
