@@ -149,7 +149,9 @@ def test_space_rejects_impossible_schedules_and_bad_configs():
 
 
 SCHEDULES = [{"q_block": 128, "pages_per_block": 8, "buffers": 1},
-             {"q_block": 16, "pages_per_block": 16, "buffers": 2}]
+             {"q_block": 16, "pages_per_block": 16, "buffers": 2},
+             # K and V split by shifts from one load of the pages' 32-bit words
+             {"q_block": 64, "pages_per_block": 16, "buffers": 2, "kv_load": "words"}]
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES, ids=schedule_id)

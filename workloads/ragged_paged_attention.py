@@ -258,6 +258,8 @@ class RaggedPagedAttention(Workload):
         def check(s):
             if limit:
                 return limit
+            if s["kv_load"] == "words" and jnp.dtype(config["dtype"]).itemsize != 2:
+                return f"kv_load=words pairs 16-bit K and V rows in 32-bit words, not {dt}"
             bq, block_len = s["q_block"], s["pages_per_block"] * ps
             rows = bq * (hq // hkv)  # one KV head's query rows
             vmem = (
@@ -277,6 +279,8 @@ class RaggedPagedAttention(Workload):
                 Knob("q_block", Q_BLOCKS, 32, "query tokens per grid step (each step walks the sequences they belong to)"),
                 Knob("pages_per_block", PAGE_BLOCKS, 32, "KV pages gathered and scored per inner step"),
                 Knob("buffers", (1, 2), 2, "page buffers: 2 starts the next kv block's page DMAs before computing"),
+                Knob("kv_load", ("strided", "words"), "strided", "strided: K and V each one strided load of bf16 "
+                     "rows; words: pages copied as uint32 words, K and V split from one load by shifts (bf16)"),
             ],
             check,
         )

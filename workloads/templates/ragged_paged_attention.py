@@ -10,7 +10,11 @@ scattered in HBM, so the kernel copies them one page (all combined K/V heads) pe
 into a VMEM buffer, only the pages holding visible keys; with ``buffers=2`` the next kv
 block's copies start before this one is computed.
 
-Per KV head h, K is combined head 2h and V is 2h + 1 (strided VMEM loads). Its query
+Per KV head h, K is combined head 2h and V is 2h + 1. With ``kv_load="strided"`` each is
+one strided VMEM load of bf16 rows; bf16 rows 2h and 2h + 1 share one 32-bit word per
+lane, so with ``kv_load="words"`` the pages are copied as uint32 words (a bitcast of the
+HBM pages, no copy) and one strided load of word row h gives both: K in the low halves,
+V in the high halves, each an exact f32 once shifted into the high bits. Its query
 heads' rows of the block are scored in f32, masked (row not in the sequence, key after
 the row's position or past kv_len) and folded into a running max / sum / accumulator per
 row (online softmax). A row only ever sees its own sequence's keys; rows no sequence owns
@@ -25,7 +29,7 @@ import numpy as np
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-SCHEDULE = {"q_block": 32, "pages_per_block": 32, "buffers": 2}
+SCHEDULE = {"q_block": 32, "pages_per_block": 32, "buffers": 2, "kv_load": "strided"}
 
 MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)  # the reference's value for masked scores
 
@@ -39,14 +43,15 @@ def ragged_paged_attention_kernel(
     o_ref,
     # scratch
     kv_buf, sems, m_ref, l_ref, acc_ref,
-    *, sm_scale, buffers,
+    *, sm_scale, buffers, words, page_size, num_kv_heads,
 ):
     i = pl.program_id(0)
     q_block, num_q_heads, head_dim = q_ref.shape
-    _, block_len, num_combined, _ = kv_buf.shape
-    num_kv_heads = num_combined // 2
+    # words: each page is (page_size * num_kv_heads, head_dim) uint32 rows (token, KV head)
+    block_len = kv_buf.shape[1] // num_kv_heads if words else kv_buf.shape[1]
+    page_rows = page_size * num_kv_heads if words else page_size
+    src = kv_hbm.bitcast(jnp.uint32) if words else kv_hbm
     q_per_kv = num_q_heads // num_kv_heads
-    page_size = kv_hbm.shape[1]
     pages_per_block = block_len // page_size
     block_start = i * q_block
     first, last = first_seq_ref[i], last_seq_ref[i]
@@ -72,8 +77,8 @@ def ragged_paged_attention_kernel(
     def start(s, j, slot):
         def body(p, carry):
             page = page_indices_ref[s, j * pages_per_block + p]
-            rows = pl.ds(pl.multiple_of(p * page_size, page_size), page_size)
-            pltpu.make_async_copy(kv_hbm.at[page], kv_buf.at[slot, rows], sems.at[slot]).start()
+            rows = pl.ds(pl.multiple_of(p * page_rows, page_size), page_rows)
+            pltpu.make_async_copy(src.at[page], kv_buf.at[slot, rows], sems.at[slot]).start()
             return carry
 
         jax.lax.fori_loop(0, num_pages(s, j), body, 0)
@@ -81,7 +86,7 @@ def ragged_paged_attention_kernel(
     def wait(s, j, slot):
         def body(p, carry):
             # Every copy moved one page: any page-sized descriptor waits for one of them.
-            pltpu.make_async_copy(kv_hbm.at[0], kv_buf.at[slot, pl.ds(0, page_size)], sems.at[slot]).wait()
+            pltpu.make_async_copy(src.at[0], kv_buf.at[slot, pl.ds(0, page_rows)], sems.at[slot]).wait()
             return carry
 
         jax.lax.fori_loop(0, num_pages(s, j), body, 0)
@@ -100,9 +105,14 @@ def ragged_paged_attention_kernel(
         for h in range(num_kv_heads):
             heads = pl.ds(h * q_per_kv, q_per_kv)
             # (q_block, q_per_kv, head_dim) -> rows ordered (token, head)
-            q = q_all[:, h * q_per_kv:(h + 1) * q_per_kv, :].reshape(-1, head_dim).astype(kv_buf.dtype)
-            k = kv_buf[slot, :, 2 * h, :]
-            v = jnp.where(copied, kv_buf[slot, :, 2 * h + 1, :], 0)
+            q = q_all[:, h * q_per_kv:(h + 1) * q_per_kv, :].reshape(-1, head_dim).astype(kv_hbm.dtype)
+            if words:
+                pair = kv_buf[slot, pl.ds(h, block_len, stride=num_kv_heads), :]
+                k = jax.lax.bitcast_convert_type(pair << 16, jnp.float32).astype(q.dtype)
+                v = jax.lax.bitcast_convert_type(pair & jnp.uint32(0xFFFF0000), jnp.float32).astype(q.dtype)
+            else:
+                k, v = kv_buf[slot, :, 2 * h, :], kv_buf[slot, :, 2 * h + 1, :]
+            v = jnp.where(copied, v, 0)
             scores = jax.lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
             scores = jnp.where(visible, scores * sm_scale, MASK_VALUE)
             m_prev = m_ref[h]  # (rows, 128): every lane holds the row's value
@@ -148,9 +158,9 @@ def ragged_paged_attention_kernel(
     o_ref[...] = acc_ref[...].astype(o_ref.dtype)
 
 
-@functools.partial(jax.jit, static_argnames=("q_block", "pages_per_block", "buffers"))
+@functools.partial(jax.jit, static_argnames=("q_block", "pages_per_block", "buffers", "kv_load"))
 def ragged_paged_attention(queries, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs, *,
-                           q_block, pages_per_block, buffers):
+                           q_block, pages_per_block, buffers, kv_load="strided"):
     num_tokens, num_q_heads, head_dim = queries.shape
     _, page_size, num_combined, _ = kv_pages.shape
     max_num_seqs = page_indices.shape[0]
@@ -168,7 +178,11 @@ def ragged_paged_attention(queries, kv_pages, kv_lens, page_indices, cu_q_lens, 
     last = last.astype(jnp.int32)
 
     q_spec = pl.BlockSpec((q_block, num_q_heads, head_dim), lambda i, *_: (i, 0, 0))
-    kernel = functools.partial(ragged_paged_attention_kernel, sm_scale=head_dim**-0.5, buffers=buffers)
+    words = kv_load == "words"
+    kernel = functools.partial(ragged_paged_attention_kernel, sm_scale=head_dim**-0.5, buffers=buffers, words=words,
+                               page_size=page_size, num_kv_heads=num_combined // 2)
+    if words:  # (pages, page_size * num_combined, head_dim): each token's combined heads one bf16 tile, a bitcast
+        kv_pages = kv_pages.reshape(kv_pages.shape[0], page_size * num_combined, head_dim)
     return pl.pallas_call(
         kernel,
         grid_spec=pltpu.PrefetchScalarGridSpec(
@@ -177,7 +191,8 @@ def ragged_paged_attention(queries, kv_pages, kv_lens, page_indices, cu_q_lens, 
             in_specs=[q_spec, pl.BlockSpec(memory_space=pl.ANY)],  # pages stay in HBM: gathered by DMA
             out_specs=q_spec,
             scratch_shapes=[
-                pltpu.VMEM((buffers, block_len, num_combined, head_dim), kv_pages.dtype),
+                pltpu.VMEM((buffers, block_len * num_combined // 2, head_dim), jnp.uint32) if words
+                else pltpu.VMEM((buffers, block_len, num_combined, head_dim), kv_pages.dtype),
                 pltpu.SemaphoreType.DMA((buffers,)),
                 pltpu.VMEM((num_combined // 2, q_block * q_per_kv, 128), jnp.float32),  # m per KV head
                 pltpu.VMEM((num_combined // 2, q_block * q_per_kv, 128), jnp.float32),  # l per KV head
@@ -192,4 +207,5 @@ def ragged_paged_attention(queries, kv_pages, kv_lens, page_indices, cu_q_lens, 
 def workload(queries, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs):
     s = SCHEDULE
     return ragged_paged_attention(queries, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs,
-                                  q_block=s["q_block"], pages_per_block=s["pages_per_block"], buffers=s["buffers"])
+                                  q_block=s["q_block"], pages_per_block=s["pages_per_block"], buffers=s["buffers"],
+                                  kv_load=s["kv_load"])
