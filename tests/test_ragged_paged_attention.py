@@ -130,13 +130,16 @@ def test_degenerate_and_plausible_wrong_outputs_fail():
 def test_space_rejects_impossible_schedules_and_bad_configs():
     space = W.schedule_space()
     assert space.check(space.default()) is None
-    assert space.check({"q_block": 128, "pages_per_block": 16, "buffers": 2}) is None  # compiles for v6e
-    assert space.check({"q_block": 64, "pages_per_block": 32, "buffers": 2}) is None  # compiles for v6e
-    too_big = {"q_block": 128, "pages_per_block": 32, "buffers": 1}
+    base = space.default()
+    assert space.check({**base, "q_block": 128, "pages_per_block": 16, "buffers": 2}) is None  # compiles for v6e
+    assert space.check({**base, "q_block": 64, "pages_per_block": 32, "buffers": 2}) is None  # compiles for v6e
+    too_big = {**base, "q_block": 128, "pages_per_block": 32, "buffers": 1}
     assert "VMEM" in space.check(too_big)  # CompileTimeScopedVmemOom on v6e
     odd = RaggedPagedAttention({"max_num_batched_tokens": 4080, "pages_per_seq": 200}).schedule_space()
     assert "does not divide" in odd.check({**space.default(), "q_block": 32})
     assert "does not divide" in odd.check({**space.default(), "q_block": 16, "pages_per_block": 16})
+    f32 = RaggedPagedAttention({"dtype": "float32"}).schedule_space()
+    assert "16-bit" in f32.check({**f32.default(), "kv_load": "words"})  # no row pairs in a 32-bit word
     for bad in ({"max_num_seqs": 60}, {"num_q_heads": 60},
                 {"pages_per_seq": 16}):  # the last: prefill chunks of 512 need kv_len > 256
         with pytest.raises(ValueError):
