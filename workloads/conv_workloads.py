@@ -32,7 +32,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from .base import Knob, over_vmem, tile_bytes
-from .conv_family import EPILOGUE_TEMPS, VMEM_LIMIT, ConvWorkload, conv_channels_last, to_channels_first
+from .conv_family import EPILOGUE_TEMPS, VMEM_LIMIT, ConvWorkload, conv_channels_last, round_up, to_channels_first
 from .essential import io_bytes
 from .kernelbench import K0, K42, KB, bias, constant, keys, normal, side_key, uniform
 
@@ -373,8 +373,7 @@ def bias_epilogue(acc, mask, bias):
 
 def half_positions(width, cin):
     """Input columns each half of the output's columns reads, padded so the window is whole lanes."""
-    need = (width // 2 + 2) * cin
-    return -(-need // 128) * 128 // cin
+    return round_up((width // 2 + 2) * cin, 128) // cin
 
 
 def ncdhw_weights(w, width):
@@ -415,8 +414,8 @@ def ncdhw_kernel(x_ref, t_ref, b_ref, p_ref, g_ref, lw_ref, lb_ref, o_ref, *, de
         words = None
         for ph in range(2):
             halves = []
-            for c in range(2):
-                lo = c * half_step
+            for half in range(2):
+                lo = half * half_step
                 lhs = jnp.concatenate(
                     [x_ref[0, pd + a:pd + a + depth, :, (ph + b) * row_lanes + lo:(ph + b) * row_lanes + lo + half_lanes]
                      for a in range(2) for b in range(2)], axis=-1).reshape(depth * height, 4 * half_lanes)
@@ -527,17 +526,17 @@ def workload(x, w, conv_bias, ln_weight, ln_bias):
         output block, one parity's stacked rows and its f32 temporaries."""
         c, dt = config, config["dtype"]
         cin, wd, cb = c["in_channels"], c["width"], s["block_co"]
-        window = self.half_window(config) * cin  # lanes of one half's input window
+        pos = self.half_window(config)
+        window = pos * cin  # lanes of one half's input window
         rows = c["depth"] * c["height"]
-        return 2 * (tile_bytes(((c["depth"] + 2) * c["height"], 3 * (wd // 2 + self.half_window(config)) * cin), dt)
+        return 2 * (tile_bytes(((c["depth"] + 2) * c["height"], 3 * (wd // 2 + pos) * cin), dt)
                     + 4 * tile_bytes((4 * window, cb * wd), dt)
                     + tile_bytes((cb * 2 * c["depth"] * 2 * c["height"], 2 * wd), dt)) \
             + tile_bytes((rows, 4 * window), dt) + EPILOGUE_TEMPS * tile_bytes((rows, 2 * cb * wd), "float32")
 
     def half_window(self, config) -> int:
         """Input columns one half of the output's columns reads (``half_positions`` in the template)."""
-        need = (config["width"] // 2 + 2) * config["in_channels"]
-        return -(-need // 128) * 128 // config["in_channels"]
+        return round_up((config["width"] // 2 + 2) * config["in_channels"], 128) // config["in_channels"]
 
     def layout_check(self, config, s):
         wd, cin, cb = config["width"], config["in_channels"], s["block_co"]
