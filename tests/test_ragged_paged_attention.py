@@ -151,10 +151,12 @@ def test_space_rejects_impossible_schedules_and_bad_configs():
         assert all(why in limited.check(s) for s in limited.all_schedules())
 
 
-SCHEDULES = [{"q_block": 128, "pages_per_block": 8, "buffers": 1},
+SCHEDULES = [{"q_block": 128, "pages_per_block": 8, "buffers": 1, "q_splits": 4},
              {"q_block": 16, "pages_per_block": 16, "buffers": 2},
              # K and V split by shifts from one load of the pages' 32-bit words
-             {"q_block": 64, "pages_per_block": 16, "buffers": 2, "kv_load": "words"}]
+             {"q_block": 64, "pages_per_block": 16, "buffers": 2, "kv_load": "words"},
+             # each decode's row scored in a pass of 8 tokens (the best predicted schedule)
+             {"q_block": 64, "pages_per_block": 32, "buffers": 2, "kv_load": "words", "q_splits": 8}]
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES, ids=schedule_id)
@@ -166,7 +168,8 @@ def test_template_is_general():
     from jax.experimental.pallas import tpu as pltpu
 
     case = general_inputs()
-    module = candidate_process.load_module(W.template_source(), CFG, {"q_block": 32, "pages_per_block": 8})
+    module = candidate_process.load_module(W.template_source(), CFG, {"q_block": 32, "pages_per_block": 8,
+                                                                       "q_splits": 4})
     with pltpu.force_tpu_interpret_mode():
         out = np.asarray(jax.jit(module.workload)(*case), np.float32)
     expect = np.asarray(jax.jit(functools.partial(W.reference, CFG))(*case), np.float32)

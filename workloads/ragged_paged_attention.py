@@ -279,6 +279,8 @@ class RaggedPagedAttention(Workload):
                 Knob("q_block", Q_BLOCKS, 32, "query tokens per grid step (each step walks the sequences they belong to)"),
                 Knob("pages_per_block", PAGE_BLOCKS, 32, "KV pages gathered and scored per inner step"),
                 Knob("buffers", (1, 2), 2, "page buffers: 2 starts the next kv block's page DMAs before computing"),
+                Knob("q_splits", (1, 2, 4, 8), 1, "passes per query block: each sequence's rows are scored in "
+                     "passes of q_block / q_splits tokens, only the passes that hold them (a decode's row: one)"),
                 Knob("kv_load", ("strided", "words"), "strided", "strided: K and V each one strided load of bf16 "
                      "rows; words: pages copied as uint32 words, K and V split from one load by shifts (bf16)"),
             ],

@@ -15,10 +15,17 @@ one strided VMEM load of bf16 rows; bf16 rows 2h and 2h + 1 share one 32-bit wor
 lane, so with ``kv_load="words"`` the pages are copied as uint32 words (a bitcast of the
 HBM pages, no copy) and one strided load of word row h gives both: K in the low halves,
 V in the high halves, each an exact f32 once shifted into the high bits. Its query
-heads' rows of the block are scored in f32, masked (row not in the sequence, key after
-the row's position or past kv_len) and folded into a running max / sum / accumulator per
-row (online softmax). A row only ever sees its own sequence's keys; rows no sequence owns
-end with an empty sum and are written as zeros.
+heads' rows are scored in f32 with a mask bias added (0, or the reference's mask value
+where the row is not in the sequence or the key is after the row's position), and the
+block's softmax, taken against its own row max, is folded into a running max / sum /
+accumulator per row (online softmax). A row that has not yet seen a key of its own
+sequence may gather masked keys' weights, which its first own key wipes (its running max
+rises from the mask value: alpha = 0); rows no sequence owns are written as zeros.
+
+A sequence's rows are scored in one pass over the whole block, or, with ``q_splits`` > 1,
+when they lie within one pass of q_block / q_splits tokens (a decode's one row), in that
+pass alone: a query block of decodes then costs one small pass per decode and kv block
+rather than the whole block's rows each time.
 """
 
 import functools
@@ -29,7 +36,7 @@ import numpy as np
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-SCHEDULE = {"q_block": 32, "pages_per_block": 32, "buffers": 2, "kv_load": "strided"}
+SCHEDULE = {"q_block": 32, "pages_per_block": 32, "buffers": 2, "kv_load": "strided", "q_splits": 1}
 
 MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)  # the reference's value for masked scores
 
@@ -43,7 +50,7 @@ def ragged_paged_attention_kernel(
     o_ref,
     # scratch
     kv_buf, sems, m_ref, l_ref, acc_ref,
-    *, sm_scale, buffers, words, page_size, num_kv_heads,
+    *, sm_scale, buffers, words, page_size, num_kv_heads, q_splits,
 ):
     i = pl.program_id(0)
     q_block, num_q_heads, head_dim = q_ref.shape
@@ -53,6 +60,7 @@ def ragged_paged_attention_kernel(
     src = kv_hbm.bitcast(jnp.uint32) if words else kv_hbm
     q_per_kv = num_q_heads // num_kv_heads
     pages_per_block = block_len // page_size
+    q_pass = q_block // q_splits  # tokens of a pass over one sequence's rows
     block_start = i * q_block
     first, last = first_seq_ref[i], last_seq_ref[i]
     del num_seqs_ref  # first/last already stop at the last active sequence
@@ -60,6 +68,9 @@ def ragged_paged_attention_kernel(
     m_ref[...] = jnp.full_like(m_ref, MASK_VALUE)
     l_ref[...] = jnp.zeros_like(l_ref)
     acc_ref[...] = jnp.zeros_like(acc_ref)
+
+    def lanes(x):  # (rows, 128) -> (rows, head_dim), lanes repeated
+        return x if head_dim == 128 else jnp.tile(x, (1, head_dim // 128))
 
     def visible_len(s):
         # Keys past the last position of s's rows in this block are masked for all of them.
@@ -93,37 +104,52 @@ def ragged_paged_attention_kernel(
 
     def compute(s, j, slot):
         q_start, q_end, kv_len = cu_q_lens_ref[s], cu_q_lens_ref[s + 1], kv_lens_ref[s]
-        shape = (q_block * q_per_kv, block_len)
-        token = block_start + jax.lax.broadcasted_iota(jnp.int32, shape, 0) // q_per_kv
-        key = j * block_len + jax.lax.broadcasted_iota(jnp.int32, shape, 1)
-        pos = kv_len - (q_end - q_start) + (token - q_start)
-        visible = (token >= q_start) & (token < q_end) & (key <= pos) & (key < kv_len)
-        # Rows past the copied pages hold stale or uninitialised VMEM: zero them in v, since
-        # 0 * NaN would poison the p @ v product (masked scores never read them).
+        key = j * block_len + jax.lax.broadcasted_iota(jnp.int32, (1, block_len), 1)
+        # Rows past the copied pages hold stale or uninitialised VMEM (NaN, say): zeroed in k and
+        # v, since a masked score is the bias added to q.k and p is multiplied by v.
         copied = jax.lax.broadcasted_iota(jnp.int32, (block_len, head_dim), 0) < num_pages(s, j) * page_size
-        q_all = q_ref[...].astype(jnp.float32)  # f32 keeps the head slices and folds tile-aligned
-        for h in range(num_kv_heads):
-            heads = pl.ds(h * q_per_kv, q_per_kv)
-            # (q_block, q_per_kv, head_dim) -> rows ordered (token, head)
-            q = q_all[:, h * q_per_kv:(h + 1) * q_per_kv, :].reshape(-1, head_dim).astype(kv_hbm.dtype)
-            if words:
-                pair = kv_buf[slot, pl.ds(h, block_len, stride=num_kv_heads), :]
-                k = jax.lax.bitcast_convert_type(pair << 16, jnp.float32).astype(q.dtype)
-                v = jax.lax.bitcast_convert_type(pair & jnp.uint32(0xFFFF0000), jnp.float32).astype(q.dtype)
-            else:
-                k, v = kv_buf[slot, :, 2 * h, :], kv_buf[slot, :, 2 * h + 1, :]
-            v = jnp.where(copied, v, 0)
-            scores = jax.lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
-            scores = jnp.where(visible, scores * sm_scale, MASK_VALUE)
-            m_prev = m_ref[h]  # (rows, 128): every lane holds the row's value
-            m_next = jnp.maximum(m_prev, jnp.max(scores, axis=1, keepdims=True))
-            alpha = jnp.exp(m_prev - m_next)
-            p = jnp.where(visible, jnp.exp(scores - m_next[:, :1]), 0.0)
-            m_ref[h] = m_next
-            l_ref[h] = alpha * l_ref[h] + jnp.sum(p, axis=1, keepdims=True)
-            pv = jnp.dot(p.astype(v.dtype), v, preferred_element_type=jnp.float32)
-            acc = acc_ref[:, heads, :].reshape(-1, head_dim)
-            acc_ref[:, heads, :] = (alpha[:, :1] * acc + pv).reshape(q_block, q_per_kv, head_dim)
+
+        def one_pass(c, q_pass):
+            """Score the rows of tokens [c * q_pass, (c + 1) * q_pass) of the block."""
+            t0 = pl.multiple_of(c * q_pass, q_pass)
+            rows = pl.ds(pl.multiple_of(t0 * q_per_kv, q_pass * q_per_kv), q_pass * q_per_kv)
+            token = block_start + t0 + jax.lax.broadcasted_iota(jnp.int32, (q_pass * q_per_kv, 1), 0) // q_per_kv
+            # Each row's last visible key (its causal position in s); -1 for other sequences' rows.
+            last_key = jnp.where((token >= q_start) & (token < q_end), kv_len - q_end + token, -1)
+            bias = jnp.where(key <= last_key, 0.0, MASK_VALUE)
+            q_all = q_ref[pl.ds(t0, q_pass)].astype(jnp.float32)  # f32 keeps the head slices tile-aligned
+            for h in range(num_kv_heads):
+                heads = pl.ds(h * q_per_kv, q_per_kv)
+                # (q_pass, q_per_kv, head_dim) -> rows ordered (token, head)
+                q = q_all[:, h * q_per_kv:(h + 1) * q_per_kv, :].reshape(-1, head_dim).astype(kv_hbm.dtype)
+                if words:
+                    pair = kv_buf[slot, pl.ds(h, block_len, stride=num_kv_heads), :]
+                    k = jax.lax.bitcast_convert_type(pair << 16, jnp.float32).astype(q.dtype)
+                    v = jax.lax.bitcast_convert_type(pair & jnp.uint32(0xFFFF0000), jnp.float32).astype(q.dtype)
+                else:
+                    k, v = kv_buf[slot, :, 2 * h, :], kv_buf[slot, :, 2 * h + 1, :]
+                k, v = jnp.where(copied, k, 0), jnp.where(copied, v, 0)
+                scores = jax.lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+                scores = scores * sm_scale + bias
+                # The block's softmax against its own row max, rescaled by beta into the running one
+                m_cur = jnp.max(scores, axis=1, keepdims=True)
+                p = jnp.exp(scores - m_cur)
+                pv = jnp.dot(p.astype(v.dtype), v, preferred_element_type=jnp.float32)
+                m_prev = m_ref[h, rows, :]  # (rows, 128): every lane holds the row's value
+                m_next = jnp.maximum(m_prev, m_cur)
+                alpha, beta = jnp.exp(m_prev - m_next), jnp.exp(m_cur - m_next)
+                m_ref[h, rows, :] = m_next
+                l_ref[h, rows, :] = alpha * l_ref[h, rows, :] + beta * jnp.sum(p, axis=1, keepdims=True)
+                acc = acc_ref[pl.ds(t0, q_pass), heads, :].reshape(-1, head_dim)
+                acc = lanes(alpha) * acc + lanes(beta) * pv
+                acc_ref[pl.ds(t0, q_pass), heads, :] = acc.reshape(q_pass, q_per_kv, head_dim)
+
+        if q_pass == q_block:
+            one_pass(0, q_block)
+        else:  # s's rows within one pass (a decode's row) are scored alone, others with the block
+            first_pass = jnp.maximum(q_start - block_start, 0) // q_pass
+            within = first_pass == (jnp.minimum(q_end - block_start, q_block) - 1) // q_pass
+            jax.lax.cond(within, lambda: one_pass(first_pass, q_pass), lambda: one_pass(0, q_block))
 
     # Walk the (sequence, kv block) pairs of this query block in order.
     def next_item(s, j):
@@ -150,17 +176,19 @@ def ragged_paged_attention_kernel(
 
     jax.lax.while_loop(lambda c: c[0] <= last, body, (first, jnp.int32(0), jnp.int32(0)))
 
+    # Rows no sequence owns (past the last one's tokens) end as zeros.
+    token = block_start + jax.lax.broadcasted_iota(jnp.int32, (q_block * q_per_kv, 1), 0) // q_per_kv
+    owned = token < cu_q_lens_ref[last + 1]
     for h in range(num_kv_heads):
         heads = pl.ds(h * q_per_kv, q_per_kv)
-        l = l_ref[h][:, :1]
-        out = jnp.where(l > 0, acc_ref[:, heads, :].reshape(-1, head_dim) / jnp.where(l > 0, l, 1.0), 0.0)
+        out = jnp.where(owned, acc_ref[:, heads, :].reshape(-1, head_dim) / lanes(l_ref[h]), 0.0)
         acc_ref[:, heads, :] = out.reshape(q_block, q_per_kv, head_dim)
     o_ref[...] = acc_ref[...].astype(o_ref.dtype)
 
 
-@functools.partial(jax.jit, static_argnames=("q_block", "pages_per_block", "buffers", "kv_load"))
+@functools.partial(jax.jit, static_argnames=("q_block", "pages_per_block", "buffers", "kv_load", "q_splits"))
 def ragged_paged_attention(queries, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs, *,
-                           q_block, pages_per_block, buffers, kv_load="strided"):
+                           q_block, pages_per_block, buffers, kv_load="strided", q_splits=1):
     num_tokens, num_q_heads, head_dim = queries.shape
     _, page_size, num_combined, _ = kv_pages.shape
     max_num_seqs = page_indices.shape[0]
@@ -180,7 +208,7 @@ def ragged_paged_attention(queries, kv_pages, kv_lens, page_indices, cu_q_lens, 
     q_spec = pl.BlockSpec((q_block, num_q_heads, head_dim), lambda i, *_: (i, 0, 0))
     words = kv_load == "words"
     kernel = functools.partial(ragged_paged_attention_kernel, sm_scale=head_dim**-0.5, buffers=buffers, words=words,
-                               page_size=page_size, num_kv_heads=num_combined // 2)
+                               page_size=page_size, num_kv_heads=num_combined // 2, q_splits=q_splits)
     if words:  # (pages, page_size * num_combined, head_dim): each token's combined heads one bf16 tile, a bitcast
         kv_pages = kv_pages.reshape(kv_pages.shape[0], page_size * num_combined, head_dim)
     return pl.pallas_call(
@@ -208,4 +236,4 @@ def workload(queries, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs):
     s = SCHEDULE
     return ragged_paged_attention(queries, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs,
                                   q_block=s["q_block"], pages_per_block=s["pages_per_block"], buffers=s["buffers"],
-                                  kv_load=s["kv_load"])
+                                  kv_load=s["kv_load"], q_splits=s["q_splits"])
