@@ -20,7 +20,9 @@ where the row is not in the sequence or the key is after the row's position), an
 block's softmax, taken against its own row max, is folded into a running max / sum /
 accumulator per row (online softmax). A row that has not yet seen a key of its own
 sequence may gather masked keys' weights, which its first own key wipes (its running max
-rises from the mask value: alpha = 0); rows no sequence owns are written as zeros.
+rises from the mask value: alpha = 0); rows no sequence owns are written as zeros. Keys
+past a block's copied pages are masked like any other, so the page buffers are zeroed at
+each step's start (no copy is in flight then): what those rows hold is finite.
 
 A sequence's rows are scored in one pass over the whole block, or, with ``q_splits`` > 1,
 when they lie within one pass of q_block / q_splits tokens (a decode's one row), in that
@@ -65,6 +67,9 @@ def ragged_paged_attention_kernel(
     first, last = first_seq_ref[i], last_seq_ref[i]
     del num_seqs_ref  # first/last already stop at the last active sequence
 
+    # Rows past a block's copied pages are read as masked keys: zeros or an earlier block's
+    # pages, never uninitialised VMEM (a NaN there would survive the mask bias and p @ v).
+    kv_buf[...] = jnp.zeros_like(kv_buf)
     m_ref[...] = jnp.full_like(m_ref, MASK_VALUE)
     l_ref[...] = jnp.zeros_like(l_ref)
     acc_ref[...] = jnp.zeros_like(acc_ref)
@@ -105,9 +110,6 @@ def ragged_paged_attention_kernel(
     def compute(s, j, slot):
         q_start, q_end, kv_len = cu_q_lens_ref[s], cu_q_lens_ref[s + 1], kv_lens_ref[s]
         key = j * block_len + jax.lax.broadcasted_iota(jnp.int32, (1, block_len), 1)
-        # Rows past the copied pages hold stale or uninitialised VMEM (NaN, say): zeroed in k and
-        # v, since a masked score is the bias added to q.k and p is multiplied by v.
-        copied = jax.lax.broadcasted_iota(jnp.int32, (block_len, head_dim), 0) < num_pages(s, j) * page_size
 
         def one_pass(c, q_pass):
             """Score the rows of tokens [c * q_pass, (c + 1) * q_pass) of the block."""
@@ -128,7 +130,6 @@ def ragged_paged_attention_kernel(
                     v = jax.lax.bitcast_convert_type(pair & jnp.uint32(0xFFFF0000), jnp.float32).astype(q.dtype)
                 else:
                     k, v = kv_buf[slot, :, 2 * h, :], kv_buf[slot, :, 2 * h + 1, :]
-                k, v = jnp.where(copied, k, 0), jnp.where(copied, v, 0)
                 scores = jax.lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
                 scores = scores * sm_scale + bias
                 # The block's softmax against its own row max, rescaled by beta into the running one
