@@ -164,6 +164,12 @@ def test_template_interpret(schedule):
     assert_template_correct(W, schedule)
 
 
+def test_template_serves_heads_wider_than_a_lane_tile():
+    # The running max and sum are kept one lane tile wide and repeated across head_dim's tiles.
+    assert_template_correct(RaggedPagedAttention({"head_dim": 256}), {"q_block": 32, "pages_per_block": 8,
+                                                                      "q_splits": 2})
+
+
 def test_template_is_general():
     from jax.experimental.pallas import tpu as pltpu
 
