@@ -358,6 +358,37 @@ def packed_row_weights(w, pack):
     return wd.reshape(k, packs * pack * cin, pack * cout).astype(w.dtype)
 
 
+def pair_columns_kernel(perm_ref, x_ref, o_ref):
+    nb, cin, hb, wd = x_ref.shape
+    # Lanes w -> (w % 2, w // 2) by an exact 0/1 matmul, then per sample and row the channels
+    # into the lanes by transposes, the two column halves side by side, the samples inward.
+    x = jnp.dot(x_ref[...].reshape(nb * cin * hb, wd), perm_ref[...], preferred_element_type=jnp.float32)
+    x = pltpu.einshape("nchw->nhcw", x.reshape(nb, cin, hb, wd))
+    x = pltpu.einshape("nhcw->nhwc", x)  # (nb, hb, (w % 2, w // 2), cin)
+    x = jnp.concatenate([x[:, :, :wd // 2, :], x[:, :, wd // 2:, :]], axis=-1)
+    o_ref[...] = pltpu.einshape("nhvk->hvnk", x).astype(o_ref.dtype)
+
+
+def pair_columns(x):
+    """x (N, C, H, W) -> (H, W/2, N, 2C), adjacent columns' channels side by side in the lanes:
+    one pass where XLA makes two copies (one transpose cannot merge two dims into the lanes)."""
+    n, cin, h, wd = x.shape
+    nb, hb = (8 if n % 8 == 0 else n), (16 if h % 16 == 0 else h)
+    w = np.arange(wd)
+    perm = np.zeros((wd, wd), np.float32)
+    perm[w, (w % 2) * (wd // 2) + w // 2] = 1.0
+    return pl.pallas_call(
+        pair_columns_kernel,
+        grid=(h // hb, n // nb),
+        in_specs=[pl.BlockSpec((wd, wd), lambda i, j: (0, 0)),
+                  pl.BlockSpec((nb, cin, hb, wd), lambda i, j: (j, 0, i, 0))],
+        out_specs=pl.BlockSpec((hb, wd // 2, nb, 2 * cin), lambda i, j: (i, 0, j, 0)),
+        out_shape=jax.ShapeDtypeStruct((h, wd // 2, n, 2 * cin), x.dtype),
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel"),
+                                             vmem_limit_bytes=VMEM_LIMIT),
+    )(jnp.asarray(perm, x.dtype), x)
+
+
 @functools.partial(jax.jit, static_argnames=("epilogue", "block_h", "block_n", "pack", "channels_first", "stats"))
 def conv2d_hwnc(x, w, params, epilogue, *, block_h, block_n, pack=1, channels_first=True, stats=False):
     """Stride-1 VALID 2-D conv of x (N, Cin, H, W) with w (Cout, Cin, K, K), ``epilogue``
@@ -377,7 +408,10 @@ def conv2d_hwnc(x, w, params, epilogue, *, block_h, block_n, pack=1, channels_fi
     # cannot merge two dims into the lanes); the samples as (groups, nb) are a bitcast when nb
     # fills the sublane tiles. The output stays 4-D: XLA does not fuse an
     # elementwise consumer across a bitcast that splits N.
-    xt = jnp.transpose(x.reshape(n, cin, h, wd // pack, pack), (2, 3, 0, 4, 1))
+    if pack == 2 and 2 * cin == 128:  # the lanes' two columns of 64 channels, by a kernel of one pass
+        xt = pair_columns(x)
+    else:
+        xt = jnp.transpose(x.reshape(n, cin, h, wd // pack, pack), (2, 3, 0, 4, 1))
     xt = xt.reshape(h, wd // pack, n // nb, nb, pack * cin)
     wt = packed_row_weights(w, pack)
     params = tuple(jnp.tile(p, (1, pack)) for p in params)
