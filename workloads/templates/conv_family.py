@@ -404,11 +404,11 @@ def conv2d_hwnc(x, w, params, epilogue, *, block_h, block_n, pack=1, channels_fi
     n, cin, h, wd = x.shape
     cout, _, k, _ = w.shape
     ho, wo, halo, nb = h - k + 1, wd - k + 1, k - 1, min(block_n, n)
-    # (H, W/pack, groups, nb, pack*Cin): one transposing copy (two at pack > 1: one transpose
-    # cannot merge two dims into the lanes); the samples as (groups, nb) are a bitcast when nb
-    # fills the sublane tiles. The output stays 4-D: XLA does not fuse an
+    # (H, W/pack, groups, nb, pack*Cin): one transposing copy, or pair_columns' one pass for 64
+    # channels at pack=2 (XLA makes two copies: one transpose cannot merge two dims into the
+    # lanes); the samples as (groups, nb) are a bitcast when nb fills the sublane tiles. The output stays 4-D: XLA does not fuse an
     # elementwise consumer across a bitcast that splits N.
-    if pack == 2 and 2 * cin == 128:  # the lanes' two columns of 64 channels, by a kernel of one pass
+    if pack == 2 and 2 * cin == 128:
         xt = pair_columns(x)
     else:
         xt = jnp.transpose(x.reshape(n, cin, h, wd // pack, pack), (2, 3, 0, 4, 1))
