@@ -406,8 +406,8 @@ def conv2d_hwnc(x, w, params, epilogue, *, block_h, block_n, pack=1, channels_fi
     ho, wo, halo, nb = h - k + 1, wd - k + 1, k - 1, min(block_n, n)
     # (H, W/pack, groups, nb, pack*Cin): one transposing copy, or pair_columns' one pass for 64
     # channels at pack=2 (XLA makes two copies: one transpose cannot merge two dims into the
-    # lanes); the samples as (groups, nb) are a bitcast when nb fills the sublane tiles. The output stays 4-D: XLA does not fuse an
-    # elementwise consumer across a bitcast that splits N.
+    # lanes); the samples as (groups, nb) are a bitcast when nb fills the sublane tiles. The
+    # output stays 4-D: XLA does not fuse an elementwise consumer across a bitcast that splits N.
     if pack == 2 and 2 * cin == 128:
         xt = pair_columns(x)
     else:

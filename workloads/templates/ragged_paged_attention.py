@@ -111,18 +111,18 @@ def ragged_paged_attention_kernel(
         q_start, q_end, kv_len = cu_q_lens_ref[s], cu_q_lens_ref[s + 1], kv_lens_ref[s]
         key = j * block_len + jax.lax.broadcasted_iota(jnp.int32, (1, block_len), 1)
 
-        def one_pass(c, q_pass):
-            """Score the rows of tokens [c * q_pass, (c + 1) * q_pass) of the block."""
-            t0 = pl.multiple_of(c * q_pass, q_pass)
-            rows = pl.ds(pl.multiple_of(t0 * q_per_kv, q_pass * q_per_kv), q_pass * q_per_kv)
-            token = block_start + t0 + jax.lax.broadcasted_iota(jnp.int32, (q_pass * q_per_kv, 1), 0) // q_per_kv
+        def one_pass(c, size):
+            """Score the rows of tokens [c * size, (c + 1) * size) of the block."""
+            t0 = pl.multiple_of(c * size, size)
+            rows = pl.ds(pl.multiple_of(t0 * q_per_kv, size * q_per_kv), size * q_per_kv)
+            token = block_start + t0 + jax.lax.broadcasted_iota(jnp.int32, (size * q_per_kv, 1), 0) // q_per_kv
             # Each row's last visible key (its causal position in s); -1 for other sequences' rows.
             last_key = jnp.where((token >= q_start) & (token < q_end), kv_len - q_end + token, -1)
             bias = jnp.where(key <= last_key, 0.0, MASK_VALUE)
-            q_all = q_ref[pl.ds(t0, q_pass)].astype(jnp.float32)  # f32 keeps the head slices tile-aligned
+            q_all = q_ref[pl.ds(t0, size)].astype(jnp.float32)  # f32 keeps the head slices tile-aligned
             for h in range(num_kv_heads):
                 heads = pl.ds(h * q_per_kv, q_per_kv)
-                # (q_pass, q_per_kv, head_dim) -> rows ordered (token, head)
+                # (size, q_per_kv, head_dim) -> rows ordered (token, head)
                 q = q_all[:, h * q_per_kv:(h + 1) * q_per_kv, :].reshape(-1, head_dim).astype(kv_hbm.dtype)
                 if words:
                     pair = kv_buf[slot, pl.ds(h, block_len, stride=num_kv_heads), :]
@@ -141,9 +141,9 @@ def ragged_paged_attention_kernel(
                 alpha, beta = jnp.exp(m_prev - m_next), jnp.exp(m_cur - m_next)
                 m_ref[h, rows, :] = m_next
                 l_ref[h, rows, :] = alpha * l_ref[h, rows, :] + beta * jnp.sum(p, axis=1, keepdims=True)
-                acc = acc_ref[pl.ds(t0, q_pass), heads, :].reshape(-1, head_dim)
+                acc = acc_ref[pl.ds(t0, size), heads, :].reshape(-1, head_dim)
                 acc = lanes(alpha) * acc + lanes(beta) * pv
-                acc_ref[pl.ds(t0, q_pass), heads, :] = acc.reshape(q_pass, q_per_kv, head_dim)
+                acc_ref[pl.ds(t0, size), heads, :] = acc.reshape(size, q_per_kv, head_dim)
 
         if q_pass == q_block:
             one_pass(0, q_block)
