@@ -1,6 +1,6 @@
 """The simulator's ranking of Pallas kernels against public TPU timings outside its fitted rows.
 
-Two checks, each a core function here with a thin CLI under ``benchmarks/``:
+Three checks, each a core function here with a thin CLI under ``benchmarks/``:
 
 1. **jax's tuned block sizes of ragged paged attention (TPU v6)** (``run_rpa``,
    ``benchmarks/rpa_tuned_blocks.py``). jax ships, in
@@ -23,7 +23,7 @@ Two checks, each a core function here with a thin CLI under ``benchmarks/``:
    (decode-heavy batches favour small query blocks, long prefills large ones).
 
 2. **The Pallas TPU matmul guide's times (TPU v5e)** (``run_matmul_guide``,
-   ``benchmarks/matmul_guide_v5e.py``). JAX's guide (docs/pallas/tpu/matmul) publishes
+   ``benchmarks/pallas_guides_v5e.py``). JAX's guide (docs/pallas/tpu/matmul) publishes
    times of its simple blocked matmul on a v5e for two block shapes at three sizes, in three
    variants (plain, transposed right-hand side, fused ReLU), and of XLA's matmul; they are
    in ``jaxbench_env/data/pallas_matmul_guide_v5e.csv`` (source and revision in its header).
@@ -33,7 +33,18 @@ Two checks, each a core function here with a thin CLI under ``benchmarks/``:
    The constants (clock, bandwidth efficiency, overlap) are the v6e fit's: nothing is
    refitted for v5e.
 
-``main`` (``python -m jaxbench_env.validation``) runs both with small defaults; ``jaxbench
+3. **The Pallas TPU sparse guide's times (TPU v5e)** (``run_sparse_guide``,
+   ``benchmarks/pallas_guides_v5e.py``). JAX's scalar-prefetch guide (docs/pallas/tpu/sparse)
+   publishes v5e times of two block-sparse kernels at 16384^3 and of their XLA references: a
+   block-sparse left operand (86 of 1024 blocks) times a dense one, its grid walking only
+   the nonzero blocks named by prefetched tables; and a dense matmul under a lower-triangular
+   mask that skips the output blocks above the diagonal with ``pl.when`` while prefetch maps
+   hold the next computed block's tiles (``jaxbench_env/data/pallas_sparse_guide_v5e.csv``).
+   The kernels the model must price by the steps and branches that run, on real tables.
+   Our code after the guide's description (``sparse_dense_matmul``, ``output_mask_matmul``),
+   priced as the matmul guide's rows.
+
+``main`` (``python -m jaxbench_env.validation``) runs all three with small defaults; ``jaxbench
 sim-report --pallas-validation`` runs it in a fresh process (the compiles need
 ``aot.prepare_process`` before libtpu loads).
 """
@@ -648,20 +659,26 @@ def rpa_headline(summary: dict) -> str:
 GUIDE_VARIANTS = ("plain", "transpose_rhs", "relu", "xla")
 
 
-def load_matmul_guide(path: Path = GUIDE_CSV) -> list[dict]:
-    """The guide's rows (comment lines starting with '#' skipped), numbers parsed."""
+def read_timings_csv(path: Path, ints: tuple, floats: tuple) -> list[dict]:
+    """A published-timings table's rows (comment lines starting with '#' skipped): the
+    ``ints`` columns as int (None where empty), the ``floats`` as float."""
     with open(path, newline="") as f:
         rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
-    ints = ("m", "k", "n", "bm", "bk", "bn")
     out = []
     for r in rows:
         row = {**r}
         for key in ints:
             row[key] = int(r[key]) if r[key] else None
-        for key in ("measured_s", "measured_flops_per_s", "utilization_pct"):
+        for key in floats:
             row[key] = float(r[key])
         out.append(row)
     return out
+
+
+def load_matmul_guide(path: Path = GUIDE_CSV) -> list[dict]:
+    """The guide's rows, numbers parsed."""
+    return read_timings_csv(path, ("m", "k", "n", "bm", "bk", "bn"),
+                            ("measured_s", "measured_flops_per_s", "utilization_pct"))
 
 
 def guide_matmul(variant: str, bm: int | None, bk: int | None, bn: int | None) -> Callable:
@@ -754,30 +771,34 @@ def run_matmul_guide(chip: str = "v5e", progress: bool = True, rows: list[dict] 
     if why is not None:
         _log(progress, f"# no v5e compile target ({why}): compiling for v6e, rank correlation only")
         chip = "v6e"
-    out, cache, t_start = [], {}, time.perf_counter()
+    out, t_start = [], time.perf_counter()
     for i, row in enumerate(rows):
-        key = (row["variant"], row["m"], row["k"], row["n"], row["dtype"], row["bm"], row["bk"], row["bn"])
-        if key not in cache:
-            t0 = time.perf_counter()
-            try:
-                exported = export_tpu(guide_matmul(row["variant"], row["bm"], row["bk"], row["bn"]), guide_specs(row),
-                                      chip)
-                essential = matmul_essential(row)
-                cache[key] = predict_exported(exported, None, chip, essential)
-            except Exception as e:  # noqa: BLE001
-                cache[key] = {"error": str(e).splitlines()[0][:200]}
-            got = cache[key]
-            _log(progress, f"# [{i + 1}/{len(rows)}] {row['variant']} {row['m']}^3 blocks {row['bm']}/{row['bk']}/"
-                 f"{row['bn']}: " + (f"{got['time_s'] * 1e3:.4f} ms" if "time_s" in got else f"FAILED {got['error']}")
-                 + f" (measured {row['measured_s'] * 1e3:.4f} ms, {time.perf_counter() - t0:.1f} s)")
-        got = cache[key]
-        kern = got.get("kernels") or [{}]
-        out.append({**row, "predicted_s": got.get("time_s"), "model_s": got.get("model_s"),
-                    "floored": got.get("floored"), "error": got.get("error"),
-                    "ratio": got["time_s"] / row["measured_s"] if "time_s" in got else None,
-                    "steps": kern[0].get("steps"), "compute_from": kern[0].get("compute_from"),
-                    "notes": got.get("notes", [])})
+        label = f"{row['variant']} {row['m']}^3 blocks {row['bm']}/{row['bk']}/{row['bn']}"
+        out.append(price_timed_row(row, lambda: (guide_matmul(row["variant"], row["bm"], row["bk"], row["bn"]),
+                                                 guide_specs(row), None, matmul_essential(row)),
+                                   chip, progress, f"# [{i + 1}/{len(rows)}] {label}"))
     return matmul_summary(out, chip, wall_s=time.perf_counter() - t_start)
+
+
+def price_timed_row(row: dict, build: Callable, chip: str, progress: bool, label: str) -> dict:
+    """One published row priced: ``build()`` gives (function, input specs, inputs for the
+    scalar-prefetch tables or None, essential (bytes, FLOPs)); the program is exported and
+    priced for ``chip`` as the judge prices (``predict_exported``). The row with the
+    prediction, its ratio to the measured time, the kernel's steps and the notes; a build
+    or compile failure is the row with its error."""
+    t0 = time.perf_counter()
+    try:
+        fn, specs, inputs, essential = build()
+        got = predict_exported(export_tpu(fn, specs, chip), inputs, chip, essential)
+    except Exception as e:  # noqa: BLE001
+        got = {"error": str(e).splitlines()[0][:200] if str(e) else type(e).__name__}
+    _log(progress, f"{label}: " + (f"{got['time_s'] * 1e3:.4f} ms" if "time_s" in got else f"FAILED {got['error']}")
+         + f" (measured {row['measured_s'] * 1e3:.4f} ms, {time.perf_counter() - t0:.1f} s)")
+    kern = got.get("kernels") or [{}]
+    return {**row, "predicted_s": got.get("time_s"), "model_s": got.get("model_s"), "floored": got.get("floored"),
+            "error": got.get("error"), "ratio": got["time_s"] / row["measured_s"] if "time_s" in got else None,
+            "steps": kern[0].get("steps"), "compute_from": kern[0].get("compute_from"),
+            "notes": got.get("notes", [])}
 
 
 def _scores(rows: list[dict]) -> dict:
@@ -836,7 +857,239 @@ def matmul_headline(summary: dict) -> str:
     return text
 
 
-# --- both, small: ``jaxbench sim-report --pallas-validation`` ------------------------------------
+# --- 3. the Pallas TPU sparse guide (TPU v5e) ---------------------------------------------------
+
+SPARSE_GUIDE_CSV = Path(__file__).parent / "data" / "pallas_sparse_guide_v5e.csv"
+
+
+def load_sparse_guide(path: Path = SPARSE_GUIDE_CSV) -> list[dict]:
+    """The sparse guide's rows, numbers parsed."""
+    return read_timings_csv(path, ("m", "k", "n", "bm", "bk", "bn", "computed_blocks"), ("measured_s",))
+
+
+def guide_lhs_blocks(grid: tuple, p: float = 0.1, seed: int = 0) -> np.ndarray:
+    """The sparse_dense row's nonzero left-operand blocks: a Bernoulli(p) draw from the first
+    key of ``split(key(seed))``, under the non-partitionable threefry that was jax's default
+    when the guide ran (its random bits differ from today's default)."""
+    import jax
+
+    before = jax.config.jax_threefry_partitionable
+    jax.config.update("jax_threefry_partitionable", False)
+    try:
+        mask_key, _ = jax.random.split(jax.random.key(seed))
+        return np.asarray(jax.random.bernoulli(mask_key, p=p, shape=grid))
+    finally:
+        jax.config.update("jax_threefry_partitionable", before)
+
+
+def next_computed(live: np.ndarray, kinds: np.ndarray) -> tuple:
+    """For each output block, the first computed block at or after it in row-major order:
+    its mask kind, row and column (past the last computed block: kind 0 and the last block).
+    A skipped grid step fetches that block, so the pipeline holds it when its steps come."""
+    rows, cols = live.shape
+    kind, row, col = (np.zeros(live.shape, np.int32) for _ in range(3))
+    nxt = (0, rows - 1, cols - 1)
+    for i in range(rows - 1, -1, -1):
+        for j in range(cols - 1, -1, -1):
+            if live[i, j]:
+                nxt = (int(kinds[i, j]), i, j)
+            kind[i, j], row[i, j], col[i, j] = nxt
+    return kind, row, col
+
+
+def sparse_dense_matmul(n: int, block: int, num_blocks: int) -> Callable:
+    """The guide's first kernel, our code: out = X @ Y with X given as its nonzero (block,
+    block) tiles, ordered by row, and two scalar-prefetch tables (each tile's block row and
+    column). Grid (n / block output columns, tiles); a float32 accumulator zeroed at a row's
+    first tile and written out at its last; the output aliases a zeros input, so rows
+    without tiles stay zero."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+
+    def kernel(tile_row, tile_col, x_ref, y_ref, zeros_ref, o_ref, acc_ref):
+        del tile_col, zeros_ref
+        t = pl.program_id(1)
+        row = tile_row[t]
+
+        @pl.when((t == 0) | (row != tile_row[jnp.maximum(t - 1, 0)]))
+        def _first_tile_of_row():
+            acc_ref[...] = jnp.zeros(acc_ref.shape, jnp.float32)
+
+        acc_ref[...] += jnp.dot(x_ref[0], y_ref[...], preferred_element_type=jnp.float32)
+
+        @pl.when((t == num_blocks - 1) | (row != tile_row[jnp.minimum(t + 1, num_blocks - 1)]))
+        def _last_tile_of_row():
+            o_ref[...] = acc_ref[...].astype(o_ref.dtype)
+
+    def fn(tile_row, tile_col, x_tiles, y, zeros):
+        out_map = lambda j, t, r, c: (r[t], j)  # noqa: E731
+        return pl.pallas_call(
+            kernel, out_shape=jax.ShapeDtypeStruct(zeros.shape, zeros.dtype),
+            grid_spec=pltpu.PrefetchScalarGridSpec(
+                num_scalar_prefetch=2, grid=(n // block, num_blocks),
+                in_specs=[pl.BlockSpec((1, block, block), lambda j, t, r, c: (t, 0, 0)),
+                          pl.BlockSpec((block, block), lambda j, t, r, c: (c[t], j)),
+                          pl.BlockSpec((block, block), out_map)],
+                out_specs=pl.BlockSpec((block, block), out_map),
+                scratch_shapes=[pltpu.VMEM((block, block), jnp.float32)]),
+            input_output_aliases={4: 0},
+        )(tile_row, tile_col, x_tiles, y, zeros)
+
+    return fn
+
+
+def output_mask_matmul(k: int, bm: int, bk: int, bn: int) -> Callable:
+    """The guide's second kernel, our code: out = mask * (X @ Y) for a block-sparse mask
+    given as four scalar-prefetch tables (whether each output block is computed, and
+    ``next_computed``'s kind, row and column) and the distinct mask tiles. Grid (m / bm,
+    n / bn, k / bk); each output block is zeroed at its first k step; a computed one
+    accumulates in float32 and is masked at its last; a skipped one fetches the next
+    computed block's tiles at k step 0 throughout, so it moves nothing new."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+
+    k_steps = k // bk
+
+    def kernel(computed, kind, nrow, ncol, x_ref, y_ref, mask_ref, o_ref, acc_ref):
+        del kind, nrow, ncol
+        i, j, kk = pl.program_id(0), pl.program_id(1), pl.program_id(2)
+
+        @pl.when(kk == 0)
+        def _zero():
+            o_ref[...] = jnp.zeros(o_ref.shape, o_ref.dtype)
+            acc_ref[...] = jnp.zeros(acc_ref.shape, jnp.float32)
+
+        @pl.when(computed[i, j] != 0)
+        def _compute():
+            acc_ref[...] += jnp.dot(x_ref[...], y_ref[...], preferred_element_type=jnp.float32)
+
+            @pl.when(kk == k_steps - 1)
+            def _store():
+                o_ref[...] = (mask_ref[0] * acc_ref[...]).astype(o_ref.dtype)
+
+    def k_fetched(c, i, j, kk):
+        return kk * (c[i, j] != 0).astype(jnp.int32)
+
+    def fn(computed, kind, nrow, ncol, x, y, mask_tiles):
+        m, n = x.shape[0], y.shape[1]
+        return pl.pallas_call(
+            kernel, out_shape=jax.ShapeDtypeStruct((m, n), x.dtype),
+            grid_spec=pltpu.PrefetchScalarGridSpec(
+                num_scalar_prefetch=4, grid=(m // bm, n // bn, k_steps),
+                in_specs=[pl.BlockSpec((bm, bk), lambda i, j, kk, c, t, r, q: (r[i, j], k_fetched(c, i, j, kk))),
+                          pl.BlockSpec((bk, bn), lambda i, j, kk, c, t, r, q: (k_fetched(c, i, j, kk), q[i, j])),
+                          pl.BlockSpec((1, bm, bn), lambda i, j, kk, c, t, r, q: (t[i, j], 0, 0))],
+                out_specs=pl.BlockSpec((bm, bn), lambda i, j, kk, *_: (i, j)),
+                scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32)]),
+        )(computed, kind, nrow, ncol, x, y, mask_tiles)
+
+    return fn
+
+
+def lower_triangle_blocks(m: int, n: int, bm: int, bn: int) -> tuple:
+    """A lower-triangular mask's blocks: which are computed (any one on or below the
+    diagonal), each one's kind (0 all ones, 1 the diagonal's triangle) and the two tiles."""
+    if bm != bn:
+        raise ValueError("the lower-triangular mask's diagonal tiles need square blocks")
+    i, j = np.meshgrid(np.arange(m // bm), np.arange(n // bn), indexing="ij")
+    tiles = np.stack([np.ones((bm, bn), np.int32), np.tril(np.ones((bm, bn), np.int32))])
+    return i >= j, (i == j).astype(np.int32), tiles
+
+
+def sparse_guide_case(row: dict, live: np.ndarray | None = None) -> tuple:
+    """(function, input specs, the inputs (built under jit), essential (bytes, FLOPs)) of
+    one row. ``live``: sparse_dense's nonzero blocks (default: the guide's draw)."""
+    import jax
+    import jax.numpy as jnp
+
+    m, k, n, dt = row["m"], row["k"], row["n"], jnp.dtype(row["dtype"])
+    size = dt.itemsize
+    spec = jax.ShapeDtypeStruct
+    tril_pairs = sum(min(r + 1, n) for r in range(m))  # (row, column) pairs on or below the diagonal
+    masked_essential = (float((m * k + k * n + m * n) * size), 2.0 * k * tril_pairs)
+    if row["kernel"] == "xla_matmul":
+        return jnp.matmul, [spec((m, k), dt), spec((k, n), dt)], None, matmul_essential(row)
+    if row["kernel"] == "xla_output_mask":
+        return (lambda mask, x, y: mask * (x @ y), [spec((m, n), jnp.int32), spec((m, k), dt), spec((k, n), dt)],
+                None, masked_essential)
+    bm, bk, bn = row["bm"], row["bk"], row["bn"]
+    if row["kernel"] == "sparse_dense":
+        if bm != bk or bk != bn:
+            raise ValueError("sparse_dense takes square blocks")
+        live = guide_lhs_blocks((m // bm, k // bk)) if live is None else live
+        tile_row, tile_col = (a.astype(np.int32) for a in np.nonzero(live))
+        tiles = len(tile_row)
+        specs = [spec((tiles,), jnp.int32)] * 2 + [spec((tiles, bm, bk), dt), spec((k, n), dt), spec((m, n), dt)]
+
+        def inputs():
+            return (jnp.asarray(tile_row), jnp.asarray(tile_col), jnp.zeros((tiles, bm, bk), dt),
+                    jnp.zeros((k, n), dt), jnp.zeros((m, n), dt))
+
+        nbytes = (tiles * bm * bk + len(set(tile_col)) * bk * n + len(set(tile_row)) * bm * n) * size
+        return sparse_dense_matmul(n, bm, tiles), specs, inputs, (float(nbytes), 2.0 * tiles * bm * bk * n)
+    if row["kernel"] == "output_mask":
+        computed, kinds, tiles = lower_triangle_blocks(m, n, bm, bn)
+        tables = (computed.astype(np.int32), *next_computed(computed, kinds))
+        specs = ([spec(computed.shape, jnp.int32)] * 4 + [spec((m, k), dt), spec((k, n), dt)]
+                 + [spec(tiles.shape, jnp.int32)])
+
+        def inputs():
+            return (*map(jnp.asarray, tables), jnp.zeros((m, k), dt), jnp.zeros((k, n), dt), jnp.asarray(tiles))
+
+        return output_mask_matmul(k, bm, bk, bn), specs, inputs, masked_essential
+    raise ValueError(f"unknown kernel {row['kernel']!r}")
+
+
+def run_sparse_guide(chip: str = "v5e", progress: bool = True, rows: list[dict] | None = None) -> dict:
+    """Compile each row's program for ``chip`` (as ``run_matmul_guide``) and price it, its
+    scalar-prefetch tables evaluated on the row's block pattern."""
+    rows = load_sparse_guide() if rows is None else rows
+    why = v5e_available() if chip == "v5e" else None
+    if why is not None:
+        _log(progress, f"# no v5e compile target ({why}): compiling for v6e, rank correlation only")
+        chip = "v6e"
+    t0 = time.perf_counter()
+    out = [price_timed_row(row, lambda: sparse_guide_case(row), chip, progress,
+                           f"# [{i + 1}/{len(rows)}] {row['kernel']} {row['m']}^3")
+           for i, row in enumerate(rows)]
+    pallas = [r for r in out if not r["kernel"].startswith("xla")]
+    return {"chip": chip, "rows": out, "pallas": _scores(pallas),
+            "xla": _scores([r for r in out if r["kernel"].startswith("xla")]), "all": _scores(out),
+            "failed": sum(r["predicted_s"] is None for r in out), "simulator": simulator_state(),
+            "wall_s": time.perf_counter() - t0}
+
+
+def sparse_markdown(summary: dict) -> str:
+    lines = [f"| kernel | m=k=n | bm/bk/bn | blocks computed | grid steps | measured ms (v5e) | "
+             f"predicted ms ({summary['chip']}) | pred/meas |", "|---|---|---|---|---|---|---|---|"]
+    for r in summary["rows"]:
+        blocks = "-" if r["bm"] is None else f"{r['bm']}/{r['bk']}/{r['bn']}"
+        pred = "FAILED" if r["predicted_s"] is None else f"{r['predicted_s'] * 1e3:.3f}"
+        if r.get("floored"):
+            pred += f" (floor; model {r['model_s'] * 1e3:.3f})"
+        ratio = "-" if r["ratio"] is None else f"{r['ratio']:.2f}"
+        lines.append(f"| {r['kernel']} | {r['m']} | {blocks} | {r['computed_blocks'] or '-'} | "
+                     f"{r['steps'] if r['bm'] else '-'} | {r['measured_s'] * 1e3:.3f} | {pred} | {ratio} |")
+    return "\n".join(lines)
+
+
+def sparse_headline(summary: dict) -> str:
+    ok = [r for r in summary["rows"] if r["ratio"] is not None]
+    if summary["chip"] != "v5e":
+        return "sparse guide: compiled for v6e, errors against v5e times are not meaningful"
+    each = ", ".join(f"{r['kernel']} {r['ratio']:.2f}x" for r in ok)
+    text = f"sparse guide (TPU v5e measured, predicted for v5e): predicted/measured {each}"
+    p = summary["pallas"]
+    if p["median_abs_rel_error"] is not None:
+        text += f"; Pallas rows' median |relative error| {p['median_abs_rel_error']:.1%}"
+    return text + (f"; {summary['failed']} rows failed" if summary["failed"] else "")
+
+
+# --- all three, small: ``jaxbench sim-report --pallas-validation`` ------------------------------------
 
 def main(argv=None) -> int:
     import argparse
@@ -858,9 +1111,15 @@ def main(argv=None) -> int:
         print("\nPallas TPU matmul guide (jax docs, measured on a TPU v5e) against the simulator:\n")
         print(matmul_markdown(mm))
         print("\n" + matmul_headline(mm), flush=True)
+    sp = run_sparse_guide("v5e", progress=not args.quiet)
+    if not args.json:
+        print("\nPallas TPU sparse guide (jax docs, measured on a TPU v5e) against the simulator:\n")
+        print(sparse_markdown(sp))
+        print("\n" + sparse_headline(sp), flush=True)
     rpa = run_rpa(args.rpa_shapes, args.seed, args.rpa_max_pairs, progress=not args.quiet)
     if args.json:
         print(json.dumps({"matmul_guide": {**mm, "headline": matmul_headline(mm)},
+                          "sparse_guide": {**sp, "headline": sparse_headline(sp)},
                           "rpa_tuned_blocks": {**rpa, "headline": rpa_headline(rpa)}}, indent=1))
         return 0
     print(f"\njax's tuned ragged paged attention blocks (TUNED_BLOCK_SIZES['TPU v6']), {args.rpa_shapes} shapes "

@@ -1,12 +1,15 @@
 """The Pallas validation's data and pieces (``jaxbench_env.validation``): the matmul guide's
-rows, the RPA shape sampler, batch and legal pairs, and one compile and prediction of jax's
-ragged paged attention kernel with concrete scalar-prefetch tables."""
+rows, the RPA shape sampler, batch and legal pairs, one compile and prediction of jax's
+ragged paged attention kernel with concrete scalar-prefetch tables, and the sparse guide's
+rows, tables and kernels (run by the interpreter, and priced for v5e)."""
 
 from jaxbench_env.aot import prepare_process
 
 prepare_process()
 
 import json  # noqa: E402
+
+import numpy as np  # noqa: E402
 
 import pytest  # noqa: E402
 
@@ -113,3 +116,86 @@ def test_a_saved_sweep_reprices_without_compiling(monkeypatch):
     assert (again["scored"], again["within_10pct"]) == (swept["scored"], swept["within_10pct"])
     with pytest.raises(ValueError, match="version"):
         v.reprice_rpa({**saved, "simulator": {**saved["simulator"], "features_version": -1}})
+
+
+# --- the sparse guide ----------------------------------------------------------------------------
+
+def test_sparse_guide_csv_has_the_guides_rows():
+    rows = {r["kernel"]: r for r in v.load_sparse_guide()}
+    assert set(rows) == {"sparse_dense", "xla_matmul", "output_mask", "xla_output_mask"}
+    assert all(r["m"] == r["k"] == r["n"] == 16384 and r["dtype"] == "bfloat16" for r in rows.values())
+    assert rows["sparse_dense"]["measured_s"] == pytest.approx(8.136e-3)
+    assert rows["output_mask"]["measured_s"] == pytest.approx(28.648e-3)
+    assert (rows["output_mask"]["bm"], rows["output_mask"]["bk"], rows["output_mask"]["bn"]) == (512, 1024, 512)
+    # the guide's own draw, reproduced: 86 nonzero blocks of 32 x 32
+    assert rows["sparse_dense"]["computed_blocks"] == int(v.guide_lhs_blocks((32, 32)).sum()) == 86
+    # a lower-triangular mask computes the blocks on and below the diagonal: 32 * 33 / 2
+    assert rows["output_mask"]["computed_blocks"] == int(v.lower_triangle_blocks(16384, 16384, 512, 512)[0].sum())
+    header = v.SPARSE_GUIDE_CSV.read_text().splitlines()[:4]
+    assert any("github.com/jax-ml/jax/blob/" in line and "sparse.ipynb" in line for line in header)
+
+
+def test_next_computed_points_skipped_blocks_at_the_next_computed_one():
+    live = np.array([[1, 0, 0], [0, 1, 0], [0, 0, 0]], bool)
+    kinds = np.array([[1, 0, 0], [0, 2, 0], [0, 0, 0]], np.int32)
+    kind, row, col = v.next_computed(live, kinds)
+    assert (row.tolist(), col.tolist()) == ([[0, 1, 1], [1, 1, 2], [2, 2, 2]], [[0, 1, 1], [1, 1, 2], [2, 2, 2]])
+    assert kind.tolist() == [[1, 2, 2], [2, 2, 0], [0, 0, 0]]
+
+
+def _sparse_case(kernel, n, blocks, live=None):
+    row = {"kernel": kernel, "m": n, "k": n, "n": n, "dtype": "float32", "bm": blocks[0], "bk": blocks[1],
+           "bn": blocks[2]}
+    return v.sparse_guide_case(row, live)
+
+
+def _interpreted(fn, *args):
+    """``fn`` on ``args`` with its Pallas kernels run by jax's interpreter (the check's way)."""
+    import jax
+    from jax.extend.core import jaxpr_as_fun
+
+    from jaxbench_env.candidate_process import wrap_kernels
+
+    return [np.asarray(o) for o in jaxpr_as_fun(wrap_kernels(jax.jit(fn).trace(*args).jaxpr, True))(*args)]
+
+
+def test_the_sparse_guides_kernels_compute_their_products_in_interpret_mode():
+    rng = np.random.default_rng(0)
+    n, b = 64, 16
+    live = np.zeros((4, 4), bool)
+    live[[0, 0, 2, 3], [1, 3, 0, 3]] = True  # block row 1 has no tile: its output stays zero
+    fn, _, _, _ = _sparse_case("sparse_dense", n, (b, b, b), live)
+    rows, cols = (a.astype(np.int32) for a in np.nonzero(live))
+    tiles = rng.standard_normal((len(rows), b, b)).astype(np.float32)
+    y = rng.standard_normal((n, n)).astype(np.float32)
+    dense = np.zeros((n, n), np.float32)
+    for t, (r, c) in enumerate(zip(rows, cols)):
+        dense[r * b:(r + 1) * b, c * b:(c + 1) * b] = tiles[t]
+    [got] = _interpreted(fn, rows, cols, tiles, y, np.zeros((n, n), np.float32))
+    np.testing.assert_allclose(got, dense @ y, rtol=1e-4, atol=1e-3)
+    assert not got[b:2 * b].any()
+
+    fn, _, _, _ = _sparse_case("output_mask", n, (b, 2 * b, b))
+    computed, kinds, tile_masks = v.lower_triangle_blocks(n, n, b, b)
+    x = rng.standard_normal((n, n)).astype(np.float32)
+    [got] = _interpreted(fn, computed.astype(np.int32), *v.next_computed(computed, kinds), x, y, tile_masks)
+    np.testing.assert_allclose(got, np.tril(x @ y), rtol=1e-4, atol=1e-3)
+
+
+def test_one_sparse_guide_compile_prices_only_the_steps_that_compute():
+    """At 2048^3 with 256 blocks: the masked kernel's skipped steps move and compute nothing
+    new, so it is priced well under the dense one's kernel and over half of it."""
+    if v.v5e_available() is not None:
+        pytest.skip("no v5e compile target: " + v.v5e_available())
+    n, b = 2048, 256
+    priced = {}
+    for kernel, blocks in (("output_mask", (b, 2 * b, b)), ("sparse_dense", (b, b, b))):
+        row = {"kernel": kernel, "m": n, "k": n, "n": n, "dtype": "bfloat16", "bm": blocks[0], "bk": blocks[1],
+               "bn": blocks[2], "measured_s": 1.0}
+        live = np.ones((n // b, n // b), bool) if kernel == "sparse_dense" else None
+        priced[kernel] = got = v.price_timed_row(row, lambda: v.sparse_guide_case(row, live), "v5e", False, kernel)
+        assert got["error"] is None and not any(v.NOTE_UNEVALUATED in note for note in got["notes"])
+    # every block live: sparse_dense is a dense blocked matmul of 8 x 64 steps
+    assert priced["sparse_dense"]["steps"] == (n // b) * (n // b) ** 2
+    assert priced["output_mask"]["steps"] == (n // b) ** 2 * (n // (2 * b))
+    assert 0.5 < priced["output_mask"]["predicted_s"] / priced["sparse_dense"]["predicted_s"] < 0.8
