@@ -528,7 +528,7 @@ def cmd_sim_report(args) -> int:
 
 def pallas_validation(rpa_shapes: int, as_json: bool = False):
     """The simulator against public Pallas timings (``jaxbench_env.validation``: the matmul
-    guide's v5e rows and jax's tuned RPA blocks), in a fresh process: its compiles need
+    and sparse guides' v5e rows and jax's tuned RPA blocks), in a fresh process: its compiles need
     ``aot.prepare_process`` before libtpu loads. Prints its tables, or returns its JSON."""
     import subprocess
 
@@ -611,7 +611,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the v6e simulator against published v6e times, and a gemm block-size sweep")
     sr.add_argument("--pallas-validation", action="store_true",
                     help="then the simulator against public Pallas timings never fitted on: the Pallas TPU "
-                         "matmul guide's v5e times and jax's tuned ragged-paged-attention blocks")
+                         "matmul and sparse guides' v5e times and jax's tuned ragged-paged-attention blocks")
     sr.add_argument("--rpa-shapes", type=int, default=6,
                     help="tuned RPA shapes swept by --pallas-validation (default 6)")
     return p
