@@ -821,18 +821,27 @@ def matmul_summary(rows: list[dict], chip: str, **extra) -> dict:
             "simulator": simulator_state(), **extra}
 
 
-def matmul_markdown(summary: dict) -> str:
-    lines = [f"| variant | m=k=n | bm/bk/bn | grid steps | measured ms (v5e) | predicted ms ({summary['chip']}) | "
-             "pred/meas |", "|---|---|---|---|---|---|---|"]
+def priced_rows_markdown(summary: dict, label: str, extra: tuple = (), digits: int = 4) -> str:
+    """A guide's priced rows as a Markdown table: the ``label`` column, size, blocks, the
+    ``extra`` (heading, key) columns, grid steps, measured and predicted ms (with the model's
+    own time where the floor set it) and their ratio."""
+    heads = [label, "m=k=n", "bm/bk/bn", *(h for h, _ in extra), "grid steps", "measured ms (v5e)",
+             f"predicted ms ({summary['chip']})", "pred/meas"]
+    lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
     for r in summary["rows"]:
         blocks = "-" if r["bm"] is None else f"{r['bm']}/{r['bk']}/{r['bn']}"
-        pred = "FAILED" if r["predicted_s"] is None else f"{r['predicted_s'] * 1e3:.4f}"
+        pred = "FAILED" if r["predicted_s"] is None else f"{r['predicted_s'] * 1e3:.{digits}f}"
         if r.get("floored"):
-            pred += f" (floor; model {r['model_s'] * 1e3:.4f})"
+            pred += f" (floor; model {r['model_s'] * 1e3:.{digits}f})"
         ratio = "-" if r["ratio"] is None else f"{r['ratio']:.2f}"
-        lines.append(f"| {r['variant']} | {r['m']} | {blocks} | {r['steps'] if r['bm'] else '-'} | "
-                     f"{r['measured_s'] * 1e3:.4f} | {pred} | {ratio} |")
+        cells = [r[label], r["m"], blocks, *(r[key] or "-" for _, key in extra), r["steps"] if r["bm"] else "-",
+                 f"{r['measured_s'] * 1e3:.{digits}f}", pred, ratio]
+        lines.append("| " + " | ".join(map(str, cells)) + " |")
     return "\n".join(lines)
+
+
+def matmul_markdown(summary: dict) -> str:
+    return priced_rows_markdown(summary, "variant")
 
 
 def matmul_headline(summary: dict) -> str:
@@ -1064,17 +1073,7 @@ def run_sparse_guide(chip: str = "v5e", progress: bool = True, rows: list[dict] 
 
 
 def sparse_markdown(summary: dict) -> str:
-    lines = [f"| kernel | m=k=n | bm/bk/bn | blocks computed | grid steps | measured ms (v5e) | "
-             f"predicted ms ({summary['chip']}) | pred/meas |", "|---|---|---|---|---|---|---|---|"]
-    for r in summary["rows"]:
-        blocks = "-" if r["bm"] is None else f"{r['bm']}/{r['bk']}/{r['bn']}"
-        pred = "FAILED" if r["predicted_s"] is None else f"{r['predicted_s'] * 1e3:.3f}"
-        if r.get("floored"):
-            pred += f" (floor; model {r['model_s'] * 1e3:.3f})"
-        ratio = "-" if r["ratio"] is None else f"{r['ratio']:.2f}"
-        lines.append(f"| {r['kernel']} | {r['m']} | {blocks} | {r['computed_blocks'] or '-'} | "
-                     f"{r['steps'] if r['bm'] else '-'} | {r['measured_s'] * 1e3:.3f} | {pred} | {ratio} |")
-    return "\n".join(lines)
+    return priced_rows_markdown(summary, "kernel", (("blocks computed", "computed_blocks"),), digits=3)
 
 
 def sparse_headline(summary: dict) -> str:
