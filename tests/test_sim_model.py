@@ -231,3 +231,56 @@ def test_a_short_step_costs_the_copy_latency_whatever_its_bundles():
     # a single-buffered copy waits in line
     assert step_s(0.05e-6, 0.0, 2e-6, latency, p) == pytest.approx(2e-6, rel=0.03)
     assert step_s(0.05e-6, 0.0, 2e-6, latency, p) > step_s(0.05e-6, 2e-6, 0.0, latency, p)
+
+
+def _blocked_matmul_body(k_steps):
+    def body(x_ref, y_ref, o_ref, acc_ref):
+        @pl.when(pl.program_id(2) == 0)
+        def _():
+            acc_ref[...] = jnp.zeros(acc_ref.shape, jnp.float32)
+
+        acc_ref[...] += jnp.dot(x_ref[...], y_ref[...], preferred_element_type=jnp.float32)
+
+        @pl.when(pl.program_id(2) == k_steps - 1)
+        def _():
+            o_ref[...] = acc_ref[...].astype(o_ref.dtype)
+
+    return body
+
+
+def test_copies_a_kernel_pipelines_itself_are_charged_once():
+    """One grid step running its own pipeline (``emit_pipeline``: every copy hand-issued) is
+    priced like the gridded kernel with the same blocks: its copies count in the step that
+    issues them, not again as an unhidden pipeline fill."""
+    from jaxbench_env import validation
+
+    n, b = 2048, 512
+    grid = (n // b, n // b, n // b)
+    specs = dict(in_specs=[pl.BlockSpec((b, b), lambda i, j, k: (i, k)), pl.BlockSpec((b, b), lambda i, j, k: (k, j))],
+                 out_specs=pl.BlockSpec((b, b), lambda i, j, k: (i, j)))
+    body = _blocked_matmul_body(grid[2])
+    out = jax.ShapeDtypeStruct((n, n), jnp.bfloat16)
+
+    def gridded(x, y):
+        return pl.pallas_call(body, out_shape=out, grid=grid, scratch_shapes=[pltpu.VMEM((b, b), jnp.float32)],
+                              **specs)(x, y)
+
+    def self_pipelined(x, y):
+        def kernel(x_hbm, y_hbm, o_hbm):
+            def run(acc_ref):
+                pltpu.emit_pipeline(lambda x_ref, y_ref, o_ref: body(x_ref, y_ref, o_ref, acc_ref), grid=grid,
+                                    **specs)(x_hbm, y_hbm, o_hbm)
+
+            pl.run_scoped(run, pltpu.VMEM((b, b), jnp.float32))
+
+        anywhere = pl.BlockSpec(memory_space=pl.ANY)
+        return pl.pallas_call(kernel, out_shape=out, in_specs=[anywhere, anywhere], out_specs=anywhere)(x, y)
+
+    args = [jax.ShapeDtypeStruct((n, n), jnp.bfloat16)] * 2
+    priced = {f.__name__: validation.predict_exported(validation.export_tpu(f, args), None, "v6e")
+              for f in (gridded, self_pipelined)}
+    [own] = priced["self_pipelined"]["features"]["kernels"]
+    assert own["steps"] == 1 and own["manual_dma"] and own["fill_bytes"] == 0.0
+    [grid_kernel] = priced["gridded"]["kernels"]
+    assert own["hbm_bytes"] == pytest.approx(grid_kernel["hbm_bytes"], rel=0.01)
+    assert 0.8 < priced["self_pipelined"]["time_s"] / priced["gridded"]["time_s"] < 1.25

@@ -33,7 +33,7 @@ from .hardware import V6E, Calibration, Chip, calibration
 from .pallas import KernelFeatures
 
 # Bump when what ``program_features`` extracts, or how ``price`` reads it, changes: cached results then miss.
-FEATURES_VERSION = 8
+FEATURES_VERSION = 9
 
 
 @dataclass

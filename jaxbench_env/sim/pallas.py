@@ -5,7 +5,9 @@ blocks whose block index changed since the previous step and writes back output 
 whose index is about to change; with two or more buffers that traffic overlaps the step's
 compute, with one it does not. The first step's fetch and the last write-back are not
 hidden (pipeline fill and drain). Operands left in HBM (``pl.ANY``) are not pipelined; the
-copies a body issues itself (``dma_start``) count by the bytes of their destination.
+copies a body issues itself (``dma_start``) count by the bytes of their destination, in the
+step that issues them only (never as fill or drain: a kernel that pipelines its own copies
+hides them as the grid's pipeline does).
 
 The body's work per step (MXU flops of ``dot_general``, vector and transcendental element
 ops) is the analytic fallback for compute; the compiled kernel's bundles replace it where
@@ -42,8 +44,8 @@ class KernelFeatures:
     grid: tuple
     steps: int
     traffic: list  # [overlapped bytes, serial bytes, number of steps] per distinct step
-    fill_bytes: float  # the first step's overlapped fetch, not hidden
-    drain_bytes: float  # the last step's overlapped write-back, not hidden
+    fill_bytes: float  # the pipeline's first fetch (its blocks at step 0), not hidden
+    drain_bytes: float  # the pipeline's last write-back, not hidden
     hbm_bytes: float
     flops: float  # per step on average, from here down (what runs at each step)
     vector_ops: float
@@ -421,6 +423,9 @@ def assemble(name: str, grid: tuple, streams: list[Stream], work: tuple, vmem_by
         if s.output:  # an output block is written back when its index moves on
             moved = np.concatenate([moved[1:], [True]])
         (serial if s.buffers < 2 else overlapped)[:] += moved * s.nbytes
+    # The pipeline's own first fetch and last write-back are what no step hides; copies the
+    # body issues itself are charged in their step only.
+    fill, drain = float(overlapped[0]) if steps else 0.0, float(overlapped[-1]) if steps > 1 else 0.0
     # Copies the body issues itself overlap its compute (kernels that gather pages by hand
     # start the next copies before waiting on their own), except those it waits for at once.
     overlapped += manual_dma
@@ -439,7 +444,7 @@ def assemble(name: str, grid: tuple, streams: list[Stream], work: tuple, vmem_by
     return KernelFeatures(
         name=name, grid=tuple(int(g) for g in grid), steps=steps,
         traffic=[[float(r[0]), float(r[1]), int(c)] for r, c in zip(rows, counts)],
-        fill_bytes=float(overlapped[0]) if steps else 0.0, drain_bytes=float(overlapped[-1]) if steps > 1 else 0.0,
+        fill_bytes=fill, drain_bytes=drain,
         hbm_bytes=float(overlapped.sum() + serial.sum()),
         flops=float(flops), vector_ops=float(vec), transcendentals=float(trans), vmem_bytes=int(vmem_bytes),
         out_shapes=tuple(tuple(int(d) for d in shape) for shape in out_shapes),
