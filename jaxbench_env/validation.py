@@ -763,14 +763,21 @@ def v5e_available() -> str | None:
         return str(e).splitlines()[0][:200] if str(e) else type(e).__name__
 
 
+def compile_chip(chip: str, progress: bool) -> str:
+    """``chip``, or "v6e" where no v5e compile target can be made here (then only the
+    predictions' ranks mean anything against v5e times)."""
+    why = v5e_available() if chip == "v5e" else None
+    if why is None:
+        return chip
+    _log(progress, f"# no v5e compile target ({why}): compiling for v6e, rank correlation only")
+    return "v6e"
+
+
 def run_matmul_guide(chip: str = "v5e", progress: bool = True, rows: list[dict] | None = None) -> dict:
     """Compile the guide's kernel for each row and predict its time on ``chip`` ("v5e"; or
     "v6e" when no v5e target can be made, and then only the ranks mean anything)."""
     rows = load_matmul_guide() if rows is None else rows
-    why = v5e_available() if chip == "v5e" else None
-    if why is not None:
-        _log(progress, f"# no v5e compile target ({why}): compiling for v6e, rank correlation only")
-        chip = "v6e"
+    chip = compile_chip(chip, progress)
     out, t_start = [], time.perf_counter()
     for i, row in enumerate(rows):
         label = f"{row['variant']} {row['m']}^3 blocks {row['bm']}/{row['bk']}/{row['bn']}"
@@ -1057,10 +1064,7 @@ def run_sparse_guide(chip: str = "v5e", progress: bool = True, rows: list[dict] 
     """Compile each row's program for ``chip`` (as ``run_matmul_guide``) and price it, its
     scalar-prefetch tables evaluated on the row's block pattern."""
     rows = load_sparse_guide() if rows is None else rows
-    why = v5e_available() if chip == "v5e" else None
-    if why is not None:
-        _log(progress, f"# no v5e compile target ({why}): compiling for v6e, rank correlation only")
-        chip = "v6e"
+    chip = compile_chip(chip, progress)
     t0 = time.perf_counter()
     out = [price_timed_row(row, lambda: sparse_guide_case(row), chip, progress,
                            f"# [{i + 1}/{len(rows)}] {row['kernel']} {row['m']}^3")

@@ -143,10 +143,14 @@ def test_next_computed_points_skipped_blocks_at_the_next_computed_one():
     assert kind.tolist() == [[1, 2, 2], [2, 2, 0], [0, 0, 0]]
 
 
+def _sparse_row(kernel, n, blocks, dtype="float32"):
+    """A sparse-guide row at size n^3 (its measured time a placeholder)."""
+    return {"kernel": kernel, "m": n, "k": n, "n": n, "dtype": dtype, "bm": blocks[0], "bk": blocks[1],
+            "bn": blocks[2], "measured_s": 1.0}
+
+
 def _sparse_case(kernel, n, blocks, live=None):
-    row = {"kernel": kernel, "m": n, "k": n, "n": n, "dtype": "float32", "bm": blocks[0], "bk": blocks[1],
-           "bn": blocks[2]}
-    return v.sparse_guide_case(row, live)
+    return v.sparse_guide_case(_sparse_row(kernel, n, blocks), live)
 
 
 def _interpreted(fn, *args):
@@ -190,8 +194,7 @@ def test_one_sparse_guide_compile_prices_only_the_steps_that_compute():
     n, b = 2048, 256
     priced = {}
     for kernel, blocks in (("output_mask", (b, 2 * b, b)), ("sparse_dense", (b, b, b))):
-        row = {"kernel": kernel, "m": n, "k": n, "n": n, "dtype": "bfloat16", "bm": blocks[0], "bk": blocks[1],
-               "bn": blocks[2], "measured_s": 1.0}
+        row = _sparse_row(kernel, n, blocks, "bfloat16")
         live = np.ones((n // b, n // b), bool) if kernel == "sparse_dense" else None
         priced[kernel] = got = v.price_timed_row(row, lambda: v.sparse_guide_case(row, live), "v5e", False, kernel)
         assert got["error"] is None and not any(v.NOTE_UNEVALUATED in note for note in got["notes"])
