@@ -41,6 +41,7 @@ TIMING_SOURCE = {"sim": "v6e-sim", "tpu": "v6e-measured"}
 CACHE_VERSION = 7
 BUILD_JOB = "jaxbench_env.candidate_process:build_artifacts"
 MAX_CANDIDATE_ERROR_CHARS = 4000
+REFERENCE_TIMEOUT_S = 1800.0  # the XLA reference's judging: at least this, whatever candidates get
 _CANDIDATE_STAGES = ("load", "trace", "export", "done")
 
 
@@ -170,7 +171,10 @@ class Evaluator:
         request = {"workload": self.workload.name, "config": self.workload.config, "backend": self.backend}
         try:
             if candidate is None:
-                answer = self.worker.call({**request, "op": "baseline"}, on_stage=self.on_stage)
+                # Our own reference, never a candidate's code: a limit of its own, since without
+                # it no candidate can be scored (RPA's takes minutes to compile on a busy machine).
+                answer = self.worker.call({**request, "op": "baseline"}, on_stage=self.on_stage,
+                                          timeout_s=max(self.worker.timeout_s, REFERENCE_TIMEOUT_S))
             else:
                 answer = self._judge_candidate(request, candidate, compile_only, expert_unchecked)
         except (WorkerError, CandidateFailed) as e:  # not cached: a timeout may not repeat on a quieter machine

@@ -275,6 +275,17 @@ def test_sleeping_past_the_timeout(make_env, honest_reward):
     assert_next_honest_is_unaffected(env, honest_reward)
 
 
+def test_the_reference_is_judged_under_a_limit_of_its_own(tmp_path):
+    # A limit that times candidates out must not fail the reference every reward divides.
+    ev = Evaluator("gemm", CONFIG, backend="sim", cache_dir=tmp_path, timeout_s=2)
+    try:
+        assert ev.baseline().ok
+        slow = ev.evaluate(Candidate("import time\ntime.sleep(30)\n" + HONEST, {}))
+    finally:
+        ev.close()
+    assert not slow.ok and "timed out after 2 s" in slow.error
+
+
 def test_an_output_cached_in_a_module_global_is_rejected(env, honest_reward):
     assert_penalized(env, src("""
         _memo = {}
