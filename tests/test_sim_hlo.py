@@ -1,6 +1,6 @@
 """What ``sim.hlo`` charges the ops of an optimized HLO module, on text as libtpu writes it
 (lines taken from real v6e compiles, trimmed): async copies by what they move, slices by
-their window, every branch of a conditional."""
+their window, every branch of a conditional, matmuls by their MXU work."""
 
 from __future__ import annotations
 
@@ -47,6 +47,51 @@ ENTRY %main.2 (p: pred[], x: bf16[512,512]) -> bf16[512,512] {
 }
 """
 
+# A 3x3 convolution, a batched matmul (XLA writes it as a window over the batch on an input
+# dilated as many times: one tap per output), a plain dot and an int8 matmul.
+MATMULS = """\
+HloModule jit_f
+
+%fused_computation (param_0: bf16[3,3,64,128], param_1: bf16[8,32,32,64]) -> bf16[8,32,32,128] {
+  %param_0 = bf16[3,3,64,128]{3,2,1,0:T(8,128)(2,1)} parameter(0)
+  %param_1 = bf16[8,32,32,64]{3,2,1,0:T(8,128)(2,1)} parameter(1)
+  ROOT %convolution.3 = bf16[8,32,32,128]{3,0,2,1:T(8,128)(2,1)S(1)} convolution(%param_1, %param_0), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f
+}
+
+%bitcast_fusion (bitcast_input: bf16[4,256,512]) -> bf16[4,256,512] {
+  %bitcast_input = bf16[4,256,512]{2,1,0:T(8,128)(2,1)S(1)} parameter(0)
+  ROOT %bitcast = bf16[4,256,512]{2,1,0:T(8,128)(2,1)} bitcast(%bitcast_input)
+}
+
+%fused_computation.2 (param_0.3: bf16[4,256,512], param_1.2: bf16[4,512,384]) -> bf16[4,256,384] {
+  %param_0.3 = bf16[4,256,512]{2,1,0:T(8,128)(2,1)S(1)} parameter(0)
+  %fusion.4 = bf16[4,256,512]{2,1,0:T(8,128)(2,1)} fusion(%param_0.3), kind=kLoop, calls=%bitcast_fusion
+  %param_1.2 = bf16[4,512,384]{2,1,0:T(8,128)(2,1)S(1)} parameter(1)
+  ROOT %convolution-base-dilated.1 = bf16[4,256,384]{2,1,0:T(8,128)(2,1)} convolution(%fusion.4, %param_1.2), window={size=4 stride=3 lhs_dilate=4}, dim_labels=0bf_0io->0bf
+}
+
+%fused_computation.3 (param_0.4: s8[256,512], param_1.3: s8[512,256]) -> s32[256,256] {
+  %param_0.4 = s8[256,512]{1,0:T(32,128)(4,1)S(1)} parameter(0)
+  %param_1.3 = s8[512,256]{1,0:T(32,128)(4,1)S(1)} parameter(1)
+  ROOT %convolution.1 = s32[256,256]{1,0:T(8,128)} convolution(%param_0.4, %param_1.3), dim_labels=bf_io->bf
+}
+
+ENTRY %main.2 (a0: bf16[8,32,32,64], a1: bf16[3,3,64,128], a2: bf16[4,256,512], a3: bf16[4,512,384], a4: s8[256,512], a5: s8[512,256], a6: f32[128,96]) -> bf16[8,32,32,128] {
+  %a0 = bf16[8,32,32,64]{3,2,1,0:T(8,128)(2,1)} parameter(0)
+  %a1 = bf16[3,3,64,128]{3,2,1,0:T(8,128)(2,1)} parameter(1)
+  %a2 = bf16[4,256,512]{2,1,0:T(8,128)(2,1)} parameter(2)
+  %a3 = bf16[4,512,384]{2,1,0:T(8,128)(2,1)} parameter(3)
+  %a4 = s8[256,512]{1,0:T(32,128)(4,1)} parameter(4)
+  %a5 = s8[512,256]{1,0:T(32,128)(4,1)} parameter(5)
+  %a6 = f32[128,96]{1,0:T(8,128)} parameter(6)
+  %fusion = bf16[8,32,32,128]{3,0,2,1:T(8,128)(2,1)} fusion(%a1, %a0), kind=kOutput, calls=%fused_computation
+  %fusion.2 = bf16[4,256,384]{2,1,0:T(8,128)(2,1)} fusion(%a2, %a3), kind=kOutput, calls=%fused_computation.2
+  %fusion.3 = s32[256,256]{1,0:T(8,128)} fusion(%a4, %a5), kind=kOutput, calls=%fused_computation.3
+  %dot.1 = f32[128,128]{1,0:T(8,128)} dot(%a6, %a6), lhs_contracting_dims={1}, rhs_contracting_dims={1}
+  ROOT %tuple.2 = (bf16[8,32,32,128]{3,2,1,0:T(8,128)(2,1)}) tuple(%fusion)
+}
+"""
+
 
 def test_async_copies_cost_the_bytes_they_move():
     program = hlo.program_ops(CHUNKED)
@@ -70,3 +115,11 @@ def test_every_branch_of_a_conditional_is_priced_and_said():
     assert all(op.hbm_bytes == 2 * 512 * 512 * 2 for op in program.ops)
     assert program.conditionals == ["cond.5"] and program.unknown_trips == []
     assert program.notes == ["conditional cond.5: all 2 branches priced (an upper bound: one runs)"]
+
+
+def test_matmuls_count_the_mxu_work_they_do():
+    flops = {op.name: op.flops for op in hlo.program_ops(MATMULS).ops}
+    assert flops["fusion"] == 2 * (8 * 32 * 32 * 128) * (3 * 3 * 64)  # every output: 9 taps of 64 features
+    assert flops["fusion.2"] == 2 * 4 * 256 * 384 * 512  # one batch per output, not the window's 4
+    assert flops["dot.1"] == 2 * 128 * 128 * 96
+    assert flops["fusion.3"] == 0  # int8: another peak; no bound from it

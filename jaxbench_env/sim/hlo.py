@@ -1,12 +1,13 @@
 """The ops of a compiled v6e program, read from its optimized HLO text.
 
 Each op the TPU runs as a unit (a fusion, a Mosaic kernel, a copy, ...) becomes an
-``XlaOp`` with the HBM bytes it reads and writes. Sizes use the compiled layout's tiling
-(a bf16 array's minor dimensions pad to 16x128 tiles, so a 62-wide image row costs a
-128-wide one), and arrays the compiler placed in VMEM (``S(1)``) or SMEM (``S(2)``) move
-no HBM bytes. Ops inside a ``while`` body count once per iteration when the compiler
-knows the trip count; every branch of a ``conditional`` counts (an upper bound: the
-program runs one).
+``XlaOp`` with the HBM bytes it reads and writes and the FLOPs of its floating-point
+matmuls and convolutions (nested fusions included: MXU work no clock runs faster than the
+peak). Sizes use the compiled layout's tiling (a bf16 array's minor dimensions pad to
+16x128 tiles, so a 62-wide image row costs a 128-wide one), and arrays the compiler placed
+in VMEM (``S(1)``) or SMEM (``S(2)``) move no HBM bytes. Ops inside a ``while`` body count
+once per iteration when the compiler knows the trip count; every branch of a
+``conditional`` counts (an upper bound: the program runs one).
 
 Asynchronous copies cost what they move: a ``copy-start`` or ``slice-start`` reads the
 copied bytes where its source is in HBM and writes them where its destination is (a
@@ -41,6 +42,7 @@ class XlaOp:
     pallas: bool = False  # a pallas_call's kernel (priced step by step from its jaxpr)
     out_shapes: tuple = ()  # dims of each output array, to match kernels to their pallas_call
     generated: bool = False  # a Mosaic kernel the compiler wrote itself (online softmax)
+    flops: float = 0.0  # floating-point matmul/convolution FLOPs of one run (MXU work)
 
 
 @dataclass
@@ -122,6 +124,64 @@ def _trip_count(attrs: str, condition: list[str]) -> int | None:
     return None
 
 
+_FLOAT = ("bf16", "f16", "f32", "f64", "f8")
+
+
+def _dims(shape: str) -> list[int]:
+    arrays = _ARRAY.findall(shape)
+    return [int(d) for d in arrays[0][1].split(",") if d] if arrays else []
+
+
+def _mxu_flops(shape: str, opcode: str, operand_shapes: list[str], attrs: str) -> float:
+    """FLOPs of one floating-point ``dot`` or ``convolution`` (2 per multiply-add): each
+    output element takes the contracted dims' product (a dot), or its input features times
+    the window's taps (a convolution), multiply-adds. Integer matmuls are left out: their
+    peak is not the bf16 one the bound uses."""
+    if opcode not in ("dot", "convolution") or len(operand_shapes) < 2:
+        return 0.0
+    if not all(s.split("[")[0].strip("( ").startswith(_FLOAT) for s in operand_shapes[:2] if s):
+        return 0.0
+    out = math.prod(_dims(shape))
+    if opcode == "dot":
+        lhs = _dims(operand_shapes[0])
+        contracting = re.search(r"lhs_contracting_dims=\{([\d,]*)\}", attrs)
+        axes = [int(a) for a in contracting.group(1).split(",") if a] if contracting else []
+        return 2.0 * out * math.prod(lhs[a] for a in axes if a < len(lhs))
+    kernel = _dims(operand_shapes[1])
+    labels = re.search(r"dim_labels=\w+_(\w+)->", attrs)
+    if not labels or len(labels.group(1)) != len(kernel) or "i" not in labels.group(1):
+        return 0.0
+    # Of a window over an input dilated d times only every d-th tap meets data (XLA writes
+    # a batched matmul as such a window over its batch: one tap per output).
+    window = re.search(r"window=\{([^}]*)\}", attrs)
+    dilate = re.search(r"lhs_dilate=([\dx]+)", window.group(1)) if window else None
+    dilations = [int(d) for d in dilate.group(1).split("x")] if dilate else []
+    macs = kernel[labels.group(1).index("i")]
+    for label, size in zip(labels.group(1), kernel):
+        if label.isdigit():
+            d = dilations[int(label)] if int(label) < len(dilations) else 1
+            macs *= -(-size // d)
+    return 2.0 * out * macs
+
+
+def _computation_flops(comps: dict, comp: str, memo: dict) -> float:
+    """MXU FLOPs of one run of a computation, its nested fusions included."""
+    if comp not in memo:
+        memo[comp] = 0.0  # a cycle guard; HLO computations do not recurse
+        shapes, total = {}, 0.0
+        for parsed in map(_parse, comps.get(comp, ())):
+            if not parsed:
+                continue
+            name, shape, opcode, operands, attrs = parsed
+            shapes[name] = shape
+            total += _mxu_flops(shape, opcode, [shapes.get(o, "") for o in operands], attrs)
+            called = re.search(r"calls=%([\w.\-]+)", attrs) if opcode == "fusion" else None
+            if called:
+                total += _computation_flops(comps, called.group(1), memo)
+        memo[comp] = total
+    return memo[comp]
+
+
 def _parse(line: str):
     """(name, shape, opcode, operand names, attributes) of one instruction line, or None."""
     m = _INSTR.match(line)
@@ -178,6 +238,7 @@ def program_ops(text: str) -> HloProgram:
     notes, ops = program.notes, program.ops
 
     memo: dict = {}
+    flops_memo: dict = {}
 
     def walk(comp: str, times: int) -> None:
         shapes: dict[str, str] = {}
@@ -214,7 +275,9 @@ def program_ops(text: str) -> HloProgram:
             read = [shape_bytes(shapes.get(o, "")) for o in operands]
             write = shape_bytes(shape)
             called = re.search(r"calls=%([\w.\-]+)", attrs)
+            flops = _mxu_flops(shape, opcode, [shapes.get(o, "") for o in operands], attrs)
             if opcode == "fusion" and called:
+                flops += _computation_flops(comps, called.group(1), flops_memo)
                 windowed, out = _fusion_traffic(comps, called.group(1), memo)
                 read = [min(b, windowed.get(i, b)) for i, b in enumerate(read)]
                 write = write if out is None else min(write, out)
@@ -228,7 +291,7 @@ def program_ops(text: str) -> HloProgram:
             pallas = mosaic and "kernel_metadata=" in attrs
             out_shapes = tuple(tuple(int(d) for d in dims.split(",") if d) for _, dims, _ in _ARRAY.findall(shape))
             ops.append(XlaOp(name, opcode, sum(read) + write, times, _estimated_cycles(attrs), pallas, out_shapes,
-                             generated=mosaic and not pallas))
+                             generated=mosaic and not pallas, flops=flops))
 
     if entry is None:
         notes.append("no ENTRY computation in the compiled HLO")

@@ -8,8 +8,9 @@ kernel step by step from the Mosaic module inside its ``tpu_custom_call`` (``mos
 fit re-prices stored features without compiling again:
 
 - an XLA op (fusion, copy, compiler-generated kernel) costs
-  ``overhead + combine(bundles / clock, HBM bytes / bandwidth)``; the Mosaic kernels the
-  compiler writes itself (online softmax) at a bandwidth of their own;
+  ``overhead + combine(bundles / clock, HBM bytes / bandwidth)``, its compute never under its
+  matmuls' FLOPs at the MXU peak; the Mosaic kernels the compiler writes itself (online
+  softmax) at a bandwidth of their own;
 - a Pallas kernel costs, per grid step, ``combine(compute, max(overlapped DMA, latency))``
   plus its serial DMA, itself at least the latency (``step_s``; a step that issues n groups
   of copies itself, n latencies), plus the unhidden first fetch and last write-back and the bundles
@@ -33,7 +34,7 @@ from .hardware import V6E, Calibration, Chip, calibration
 from .pallas import KernelFeatures
 
 # Bump when what ``program_features`` extracts, or how ``price`` reads it, changes: cached results then miss.
-FEATURES_VERSION = 9
+FEATURES_VERSION = 10
 
 
 @dataclass
@@ -45,6 +46,7 @@ class OpFeatures:
     bundles: float | None  # dynamic bundles of one run, None where the dump had none
     estimated_cycles: float | None
     generated: bool = False  # a Mosaic kernel the compiler wrote (online softmax): its own bandwidth
+    flops: float = 0.0  # floating-point matmul/convolution FLOPs of one run
 
 
 @dataclass
@@ -154,7 +156,7 @@ def _features(compiled, program: hlo.HloProgram, kernels: list[KernelFeatures], 
         profile = profiles.get(op.name)
         xla_ops.append(OpFeatures(op.name, op.opcode, op.hbm_bytes, op.times,
                                   profile.dynamic if profile is not None else None, op.estimated_cycles,
-                                  op.generated))
+                                  op.generated, op.flops))
     if any(o.bundles is None and o.hbm_bytes > 0 for o in xla_ops if not o.opcode.endswith("-start")):
         notes.append("XLA ops without readable bundles priced from the compiler's cycle estimate or traffic")
     if any(k.dynamic_index for k in kernels):
@@ -194,8 +196,9 @@ def step_s(compute_s, overlapped_s, serial_s, latency_s: float, overlap: float, 
 def price_op(op: OpFeatures, chip: Chip, cal: Calibration) -> float:
     bandwidth = chip.hbm_bytes_per_s * (cal.generated_kernel_efficiency if op.generated else cal.hbm_efficiency)
     cycles = op.bundles if op.bundles is not None else (op.estimated_cycles or 0.0)
-    return op.times * (cal.op_overhead_s + float(combine(cycles / cal.bundle_rate_hz, op.hbm_bytes / bandwidth,
-                                                         cal.overlap)))
+    # As for kernels: the fitted clock is an effective one, and no op's matmuls beat the MXUs' peak.
+    compute_s = max(cycles / cal.bundle_rate_hz, op.flops / chip.mxu_flops_per_s)
+    return op.times * (cal.op_overhead_s + float(combine(compute_s, op.hbm_bytes / bandwidth, cal.overlap)))
 
 
 def price_kernel(k: KernelFeatures, chip: Chip, cal: Calibration) -> dict:
