@@ -48,7 +48,9 @@ ENTRY %main.2 (p: pred[], x: bf16[512,512]) -> bf16[512,512] {
 """
 
 # A 3x3 convolution, a batched matmul (XLA writes it as a window over the batch on an input
-# dilated as many times: one tap per output), a plain dot and an int8 matmul.
+# dilated as many times: one tap per output), mixtral's x @ w_e for all experts (the experts
+# as a window of 8 over a size-1 input dim padded 7 each side: one tap per output), a plain
+# dot and an int8 matmul.
 MATMULS = """\
 HloModule jit_f
 
@@ -70,13 +72,19 @@ HloModule jit_f
   ROOT %convolution-base-dilated.1 = bf16[4,256,384]{2,1,0:T(8,128)(2,1)} convolution(%fusion.4, %param_1.2), window={size=4 stride=3 lhs_dilate=4}, dim_labels=0bf_0io->0bf
 }
 
+%fused_computation.7 (param_0.25: bf16[8,4096,14336], param_1.21: bf16[2,4096,4096]) -> bf16[2,4096,8,14336] {
+  %param_1.21 = bf16[2,4096,4096,1]{2,1,3,0:T(8,128)(2,1)S(1)} parameter(1)
+  %param_0.25 = bf16[8,4096,14336,1]{2,1,0,3:T(8,128)(2,1)} parameter(0)
+  ROOT %convolution.3 = bf16[2,4096,8,14336]{3,1,2,0:T(8,128)(2,1)} convolution(%param_1.21, %param_0.25), window={size=1x8 pad=0_0x7_7 rhs_reversal=0x1}, dim_labels=0bf1_1io0->0b1f
+}
+
 %fused_computation.3 (param_0.4: s8[256,512], param_1.3: s8[512,256]) -> s32[256,256] {
   %param_0.4 = s8[256,512]{1,0:T(32,128)(4,1)S(1)} parameter(0)
   %param_1.3 = s8[512,256]{1,0:T(32,128)(4,1)S(1)} parameter(1)
   ROOT %convolution.1 = s32[256,256]{1,0:T(8,128)} convolution(%param_0.4, %param_1.3), dim_labels=bf_io->bf
 }
 
-ENTRY %main.2 (a0: bf16[8,32,32,64], a1: bf16[3,3,64,128], a2: bf16[4,256,512], a3: bf16[4,512,384], a4: s8[256,512], a5: s8[512,256], a6: f32[128,96]) -> bf16[8,32,32,128] {
+ENTRY %main.2 (a0: bf16[8,32,32,64], a1: bf16[3,3,64,128], a2: bf16[4,256,512], a3: bf16[4,512,384], a4: s8[256,512], a5: s8[512,256], a6: f32[128,96], a7: bf16[2,4096,4096,1], a8: bf16[8,4096,14336,1]) -> bf16[8,32,32,128] {
   %a0 = bf16[8,32,32,64]{3,2,1,0:T(8,128)(2,1)} parameter(0)
   %a1 = bf16[3,3,64,128]{3,2,1,0:T(8,128)(2,1)} parameter(1)
   %a2 = bf16[4,256,512]{2,1,0:T(8,128)(2,1)} parameter(2)
@@ -84,9 +92,12 @@ ENTRY %main.2 (a0: bf16[8,32,32,64], a1: bf16[3,3,64,128], a2: bf16[4,256,512], 
   %a4 = s8[256,512]{1,0:T(32,128)(4,1)} parameter(4)
   %a5 = s8[512,256]{1,0:T(32,128)(4,1)} parameter(5)
   %a6 = f32[128,96]{1,0:T(8,128)} parameter(6)
+  %a7 = bf16[2,4096,4096,1]{2,1,3,0:T(8,128)(2,1)} parameter(7)
+  %a8 = bf16[8,4096,14336,1]{2,1,0,3:T(8,128)(2,1)} parameter(8)
   %fusion = bf16[8,32,32,128]{3,0,2,1:T(8,128)(2,1)} fusion(%a1, %a0), kind=kOutput, calls=%fused_computation
   %fusion.2 = bf16[4,256,384]{2,1,0:T(8,128)(2,1)} fusion(%a2, %a3), kind=kOutput, calls=%fused_computation.2
   %fusion.3 = s32[256,256]{1,0:T(8,128)} fusion(%a4, %a5), kind=kOutput, calls=%fused_computation.3
+  %fusion.7 = bf16[2,4096,8,14336]{3,1,2,0:T(8,128)(2,1)} fusion(%a8, %a7), kind=kOutput, calls=%fused_computation.7
   %dot.1 = f32[128,128]{1,0:T(8,128)} dot(%a6, %a6), lhs_contracting_dims={1}, rhs_contracting_dims={1}
   ROOT %tuple.2 = (bf16[8,32,32,128]{3,2,1,0:T(8,128)(2,1)}) tuple(%fusion)
 }
@@ -121,5 +132,6 @@ def test_matmuls_count_the_mxu_work_they_do():
     flops = {op.name: op.flops for op in hlo.program_ops(MATMULS).ops}
     assert flops["fusion"] == 2 * (8 * 32 * 32 * 128) * (3 * 3 * 64)  # every output: 9 taps of 64 features
     assert flops["fusion.2"] == 2 * 4 * 256 * 384 * 512  # one batch per output, not the window's 4
+    assert flops["fusion.7"] == 2 * (2 * 4096 * 8 * 14336) * 4096  # one expert per output, not the window's 8
     assert flops["dot.1"] == 2 * 128 * 128 * 96
     assert flops["fusion.3"] == 0  # int8: another peak; no bound from it

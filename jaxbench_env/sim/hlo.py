@@ -135,8 +135,8 @@ def _dims(shape: str) -> list[int]:
 def _mxu_flops(shape: str, opcode: str, operand_shapes: list[str], attrs: str) -> float:
     """FLOPs of one floating-point ``dot`` or ``convolution`` (2 per multiply-add): each
     output element takes the contracted dims' product (a dot), or its input features times
-    the window's taps (a convolution), multiply-adds. Integer matmuls are left out: their
-    peak is not the bf16 one the bound uses."""
+    the window's taps that meet data (a convolution), multiply-adds. Integer matmuls are
+    left out: their peak is not the bf16 one the bound uses."""
     if opcode not in ("dot", "convolution") or len(operand_shapes) < 2:
         return 0.0
     if not all(s.split("[")[0].strip("( ").startswith(_FLOAT) for s in operand_shapes[:2] if s):
@@ -147,20 +147,24 @@ def _mxu_flops(shape: str, opcode: str, operand_shapes: list[str], attrs: str) -
         contracting = re.search(r"lhs_contracting_dims=\{([\d,]*)\}", attrs)
         axes = [int(a) for a in contracting.group(1).split(",") if a] if contracting else []
         return 2.0 * out * math.prod(lhs[a] for a in axes if a < len(lhs))
-    kernel = _dims(operand_shapes[1])
-    labels = re.search(r"dim_labels=\w+_(\w+)->", attrs)
-    if not labels or len(labels.group(1)) != len(kernel) or "i" not in labels.group(1):
+    lhs, kernel = _dims(operand_shapes[0]), _dims(operand_shapes[1])
+    labels = re.search(r"dim_labels=(\w+)_(\w+)->", attrs)
+    if not labels or len(labels.group(2)) != len(kernel) or "i" not in labels.group(2):
         return 0.0
-    # Of a window over an input dilated d times only every d-th tap meets data (XLA writes
-    # a batched matmul as such a window over its batch: one tap per output).
+    lhs_labels, kernel_labels = labels.groups()
+    # A window meets data at no more taps than the input has positions, and on an input
+    # dilated d times at every d-th tap only. XLA writes matmuls as such windows: a batch
+    # as a window over a dilated batch, a weight's extra dim (experts) as a window over a
+    # size-1 input padded around; one tap per output either way.
     window = re.search(r"window=\{([^}]*)\}", attrs)
     dilate = re.search(r"lhs_dilate=([\dx]+)", window.group(1)) if window else None
     dilations = [int(d) for d in dilate.group(1).split("x")] if dilate else []
-    macs = kernel[labels.group(1).index("i")]
-    for label, size in zip(labels.group(1), kernel):
+    macs = kernel[kernel_labels.index("i")]
+    for label, size in zip(kernel_labels, kernel):
         if label.isdigit():
             d = dilations[int(label)] if int(label) < len(dilations) else 1
-            macs *= -(-size // d)
+            positions = lhs[lhs_labels.index(label)] if label in lhs_labels and len(lhs) == len(lhs_labels) else size
+            macs *= min(-(-size // d), positions)
     return 2.0 * out * macs
 
 
