@@ -168,24 +168,6 @@ def _mxu_flops(shape: str, opcode: str, operand_shapes: list[str], attrs: str) -
     return 2.0 * out * macs
 
 
-def _computation_flops(comps: dict, comp: str, memo: dict) -> float:
-    """MXU FLOPs of one run of a computation, its nested fusions included."""
-    if comp not in memo:
-        memo[comp] = 0.0  # a cycle guard; HLO computations do not recurse
-        shapes, total = {}, 0.0
-        for parsed in map(_parse, comps.get(comp, ())):
-            if not parsed:
-                continue
-            name, shape, opcode, operands, attrs = parsed
-            shapes[name] = shape
-            total += _mxu_flops(shape, opcode, [shapes.get(o, "") for o in operands], attrs)
-            called = re.search(r"calls=%([\w.\-]+)", attrs) if opcode == "fusion" else None
-            if called:
-                total += _computation_flops(comps, called.group(1), memo)
-        memo[comp] = total
-    return memo[comp]
-
-
 def _parse(line: str):
     """(name, shape, opcode, operand names, attributes) of one instruction line, or None."""
     m = _INSTR.match(line)
@@ -194,16 +176,23 @@ def _parse(line: str):
     return m.group(1), m.group(2), m.group(3), re.findall(r"%([\w.\-]+)", m.group(4)), m.group(5) or ""
 
 
-def _fusion_traffic(comps: dict, comp: str, memo: dict) -> tuple[dict[int, float], float | None]:
-    """What a fused computation really moves: per parameter read only through slices (a
-    window of a big buffer), the bytes of those slices; and for an in-place
-    ``dynamic-update-slice`` root, the update's bytes as the write (its buffer is not read).
-    Parameters used whole are left out (the caller counts their full size)."""
+def _fused(comps: dict, comp: str, memo: dict) -> tuple[dict[int, float], float | None, float]:
+    """What one run of a fused computation really moves and computes: per parameter read
+    only through slices (a window of a big buffer), the bytes of those slices; for an
+    in-place ``dynamic-update-slice`` root, the update's bytes as the write (its buffer is
+    not read), else None; and its MXU FLOPs, nested fusions included. Parameters used whole
+    are left out (the caller counts their full size)."""
     if comp in memo:
         return memo[comp]
-    memo[comp] = ({}, None)  # a cycle guard; HLO computations do not recurse
+    memo[comp] = ({}, None, 0.0)  # a cycle guard; HLO computations do not recurse
     instrs = [x for x in map(_parse, comps.get(comp, ())) if x]
     shapes = {name: shape for name, shape, *_ in instrs}
+    flops = 0.0
+    for name, shape, opcode, operands, attrs in instrs:
+        flops += _mxu_flops(shape, opcode, [shapes.get(o, "") for o in operands], attrs)
+        called = re.search(r"calls=%([\w.\-]+)", attrs) if opcode == "fusion" else None
+        if called:
+            flops += _fused(comps, called.group(1), memo)[2]
     root = next((_parse(ln) for ln in comps.get(comp, ()) if ln.lstrip().startswith("ROOT")), None)
     params = {m.group(1): int(m.group(4)) for m in map(_INSTR.match, comps.get(comp, ()))
               if m and m.group(3) == "parameter"}
@@ -219,7 +208,7 @@ def _fusion_traffic(comps: dict, comp: str, memo: dict) -> tuple[dict[int, float
                 elif opcode == "dynamic-update-slice" and pos == 0 and root and name == root[0]:
                     pass  # updated in place: not read
                 elif opcode == "fusion" and re.search(r"calls=%([\w.\-]+)", attrs):
-                    inner, _ = _fusion_traffic(comps, re.search(r"calls=%([\w.\-]+)", attrs).group(1), memo)
+                    inner = _fused(comps, re.search(r"calls=%([\w.\-]+)", attrs).group(1), memo)[0]
                     if pos in inner:
                         total += inner[pos]
                     else:
@@ -231,7 +220,7 @@ def _fusion_traffic(comps: dict, comp: str, memo: dict) -> tuple[dict[int, float
     out = None
     if root and root[2] == "dynamic-update-slice" and len(root[3]) > 1:
         out = shape_bytes(shapes.get(root[3][1], ""))
-    memo[comp] = (windowed, out)
+    memo[comp] = (windowed, out, flops)
     return memo[comp]
 
 
@@ -242,7 +231,6 @@ def program_ops(text: str) -> HloProgram:
     notes, ops = program.notes, program.ops
 
     memo: dict = {}
-    flops_memo: dict = {}
 
     def walk(comp: str, times: int) -> None:
         shapes: dict[str, str] = {}
@@ -281,8 +269,8 @@ def program_ops(text: str) -> HloProgram:
             called = re.search(r"calls=%([\w.\-]+)", attrs)
             flops = _mxu_flops(shape, opcode, [shapes.get(o, "") for o in operands], attrs)
             if opcode == "fusion" and called:
-                flops += _computation_flops(comps, called.group(1), flops_memo)
-                windowed, out = _fusion_traffic(comps, called.group(1), memo)
+                windowed, out, inner_flops = _fused(comps, called.group(1), memo)
+                flops += inner_flops
                 read = [min(b, windowed.get(i, b)) for i, b in enumerate(read)]
                 write = write if out is None else min(write, out)
             elif opcode in ("dynamic-slice", "slice") and read:
